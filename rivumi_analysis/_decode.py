@@ -1,0 +1,289 @@
+"""Decode one physical line of ``events.jsonl`` into an envelope or a quarantine verdict.
+
+This is the one place that knows the runner's encodings (spec §2, §12). The rule for an
+*accepted event* mirrors pydantic v2's lax validation of ``RunEvent.sequence`` and
+``event_type``; everything else the runner tolerates (or resume rejects while replay does
+not) becomes a per-line warning code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from ._models import DATETIME_ADAPTER, SEQUENCE_ADAPTER, RunEvent
+
+BOM = b"\xef\xbb\xbf"
+REPLAY_LINE_LIMIT = 131_072
+RUN_EVENT_KEYS = frozenset(RunEvent.model_fields)
+
+# str.splitlines() separators other than \n and \r\n (spec §12). \r alone is handled apart.
+_SPLITLINES_CHARS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]|\r(?!$)")
+_CANONICAL_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
+
+
+class _DataSpan(msgspec.Struct):
+    data: msgspec.Raw = msgspec.Raw(b"")
+
+
+_DATA_DECODER = msgspec.json.Decoder(_DataSpan)
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """Outcome of decoding one non-blank line.
+
+    Attributes:
+        obj: the parsed JSON object when the line is an accepted event.
+        sequence: the validated sequence (lax int).
+        event_type: the event type as written.
+        data_json: exact JSON text of the ``data`` value (None when absent).
+        reason: quarantine reason code, or None for an accepted event.
+        message: human-readable text for the reason.
+        warnings: sorted warning codes.
+    """
+
+    obj: dict[str, Any] | None
+    sequence: int | None
+    event_type: str | None
+    data_json: str | None
+    reason: str | None
+    message: str | None
+    warnings: tuple[str, ...]
+
+
+class _Flags:
+    __slots__ = ("dup", "nan")
+
+    def __init__(self) -> None:
+        self.dup = False
+        self.nan = False
+
+
+def _loads(text: str, flags: _Flags) -> Any:
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        d = dict(items)
+        if len(d) != len(items):
+            flags.dup = True
+        return d
+
+    def constant(name: str) -> float:
+        flags.nan = True
+        return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
+
+    return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+
+
+def decode_line(raw: bytes, *, line_no: int, has_newline: bool) -> Decoded:
+    """Decode one non-blank physical line (without its ``\\n``).
+
+    >>> d = decode_line(b'{"sequence":" 5 ","event_type":"x","run_id":"r"}', line_no=2,
+    ...                 has_newline=True)
+    >>> (d.reason, d.sequence, "coerced_value" in d.warnings)
+    (None, 5, True)
+    >>> decode_line(b'{"sequence":-1,"event_type":"x"}', line_no=1, has_newline=True).reason
+    'bad_sequence'
+    """
+    warnings: set[str] = set()
+    torn = not has_newline
+    body = raw
+    if line_no == 1 and body.startswith(BOM):
+        body = body[3:]
+        warnings.add("bom")
+    if body.endswith(b"\r"):
+        warnings.add("crlf")
+    if len(raw) > REPLAY_LINE_LIMIT:
+        warnings.add("line_too_long_for_replay")
+
+    def quarantine(reason: str, message: str) -> Decoded:
+        if torn:
+            message = f"partial final line (no trailing newline): {message}"
+            reason = "torn_tail"
+        return Decoded(None, None, None, None, reason, message, tuple(sorted(warnings)))
+
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return quarantine("invalid_utf8", f"not valid UTF-8 at byte {exc.start} of the line")
+    if _SPLITLINES_CHARS.search(text.rstrip("\r")):
+        warnings.add("line_separator_split")
+    flags = _Flags()
+    try:
+        obj = _loads(text, flags)
+    except RecursionError:
+        return quarantine("json_syntax", "JSON nested too deeply to parse")
+    except ValueError as exc:
+        return quarantine("json_syntax", f"not valid JSON: {exc}")
+    if flags.dup:
+        warnings.add("duplicate_key")
+    if flags.nan:
+        warnings.add("nan_or_infinity")
+    if not isinstance(obj, dict):
+        return quarantine("not_object", f"JSON value is a {type(obj).__name__}, not an object")
+    seq, coerced, seq_msg = _lax_sequence(obj)
+    if seq is None:
+        return quarantine("bad_sequence", seq_msg or "bad sequence")
+    if coerced:
+        warnings.add("coerced_value")
+    etype = obj.get("event_type")
+    if not isinstance(etype, str) or not etype:
+        what = "missing" if "event_type" not in obj else f"{etype!r} is not a non-empty string"
+        return quarantine("bad_event_type", f"event_type {what}")
+    if not has_newline:
+        warnings.add("final_newline_missing")
+    data_json = _data_text(body, text, obj)
+    return Decoded(obj, seq, etype, data_json, None, None, tuple(sorted(warnings)))
+
+
+def _lax_sequence(obj: dict[str, Any]) -> tuple[int | None, bool, str | None]:
+    if "sequence" not in obj:
+        return None, False, "sequence is missing"
+    value = obj["sequence"]
+    if type(value) is int:
+        if value >= 0:
+            return value, False, None
+        return None, False, f"sequence {value} is negative"
+    try:
+        # pydantic's own lax JSON rules decide (" 5 ", "+5", "5.0", 5.0, true are ints).
+        seq = SEQUENCE_ADAPTER.validate_json(json.dumps(value, allow_nan=True))
+    except Exception:  # pydantic.ValidationError or a non-finite float
+        return None, False, f"sequence {json.dumps(value)[:60]} is not a non-negative integer"
+    return seq, True, None
+
+
+def _data_text(body: bytes, text: str, obj: dict[str, Any]) -> str | None:
+    if "data" not in obj:
+        return None
+    try:
+        span = _DATA_DECODER.decode(body).data
+        if span:
+            return bytes(span).decode("utf-8")
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        pass
+    return top_level_value_text(text, "data")
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_WS = re.compile(r"[ \t\n\r]*")
+_SCALAR_END = re.compile(r"[,}\]\s]")
+_INTERESTING = re.compile(r'[\[\]{}"]')
+
+
+def top_level_value_text(text: str, key: str) -> str | None:
+    """Exact text of the last value of top-level ``key`` in a valid JSON object text.
+
+    >>> top_level_value_text('{"a":1, "data" : {"x":[1,"}"]} ,"b":NaN}', "data")
+    '{"x":[1,"}"]}'
+    """
+    pos = _WS.match(text, 0).end()
+    if pos >= len(text) or text[pos] != "{":
+        return None
+    pos += 1
+    found: str | None = None
+    while True:
+        pos = _WS.match(text, pos).end()
+        if pos < len(text) and text[pos] == "}":
+            return found
+        m = _STRING.match(text, pos)
+        if m is None:
+            return found
+        name = json.loads(m.group(0))
+        pos = _WS.match(text, m.end()).end() + 1  # past ':'
+        pos = _WS.match(text, pos).end()
+        end = _skip_value(text, pos)
+        if name == key:
+            found = text[pos:end]
+        pos = _WS.match(text, end).end()
+        if pos >= len(text) or text[pos] != ",":
+            return found
+        pos += 1
+
+
+def _skip_value(text: str, pos: int) -> int:
+    ch = text[pos]
+    if ch == '"':
+        return _STRING.match(text, pos).end()
+    if ch in "[{":
+        depth = 0
+        while True:
+            m = _INTERESTING.search(text, pos)
+            if m is None:
+                return len(text)
+            c = m.group(0)
+            if c == '"':
+                pos = _STRING.match(text, m.start()).end()
+                continue
+            pos = m.end()
+            depth += 1 if c in "[{" else -1
+            if depth == 0:
+                return pos
+    m = _SCALAR_END.search(text, pos)
+    return len(text) if m is None else m.start()
+
+
+# --- envelope fields of accepted events ------------------------------------------------------
+
+
+def parse_created_at(value: Any) -> tuple[datetime | None, bool]:
+    """Parse ``created_at`` as pydantic would (lax), returning ``(utc_datetime, coerced)``.
+
+    >>> parse_created_at("2026-08-20T21:01:41.533183Z")[0].isoformat()
+    '2026-08-20T21:01:41.533183+00:00'
+    >>> parse_created_at("2026-08-20T21:01:41")[1]
+    True
+    """
+    if isinstance(value, str) and _CANONICAL_TS.match(value):
+        return datetime.fromisoformat(value), False
+    if value is None:
+        return None, False
+    try:
+        dt = DATETIME_ADAPTER.validate_python(value)
+    except Exception:
+        return None, False
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC), True
+
+
+def native_envelope_warnings(obj: dict[str, Any]) -> set[str]:
+    """Warnings that apply to native/fork/subagent events (RunEvent envelope), not external."""
+    out: set[str] = set()
+    if not RUN_EVENT_KEYS.issuperset(obj):
+        out.add("event_extra_key")
+    if "created_at" not in obj:
+        out.add("created_at_missing")
+    if "event_id" not in obj:
+        out.add("event_id_missing")
+    if not _run_event_valid(obj):
+        out.add("invalid_event_line")
+    return out
+
+
+def _run_event_valid(obj: dict[str, Any]) -> bool:
+    """Would ``RunEvent.model_validate`` accept this object (lax mode)?"""
+    run_id = obj.get("run_id")
+    task_id = obj.get("task_id")
+    data = obj.get("data", {})
+    event_id = obj.get("event_id", "")
+    created_at = obj.get("created_at")
+    fast = (
+        RUN_EVENT_KEYS.issuperset(obj)
+        and isinstance(run_id, str) and run_id != ""
+        and (task_id is None or isinstance(task_id, str))
+        and isinstance(data, dict)
+        and isinstance(event_id, str)
+        and (created_at is None or (isinstance(created_at, str) and _CANONICAL_TS.match(created_at)))
+    )
+    if fast:
+        return True
+    try:
+        RunEvent.model_validate_json(json.dumps(obj, allow_nan=True))
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,233 @@
+"""Find run directories below a source, read-only, never following a symlink."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import SourceError
+
+RUN_MARKERS = ("session.json", "events.jsonl", "request.json", "checkpoint.json", "result.json")
+"""A folder holding any of these (as any kind of entry) is a run directory."""
+
+DEFAULT_MAX_DEPTH = 8
+
+Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class RunLocation:
+    """A run directory found by discovery.
+
+    Attributes:
+        run_dir: the path as given joined with the path below it (never resolved).
+        is_subagent: found inside a parent's ``subagents/`` folder.
+        parent_run_dir: the parent run's ``run_dir`` for subagents.
+    """
+
+    run_dir: str
+    is_subagent: bool = False
+    parent_run_dir: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A path discovery did not enter, with a reason code from ``errors.SKIP_REASONS``."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    runs: list[RunLocation] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    root_used: str | None = None
+
+
+def default_run_root(environ: dict[str, str] | None = None) -> str | None:
+    """First existing default run root, in the documented order, or None.
+
+    Order: ``$RIVUMI_RUN_ROOT``, ``$LOOPLANE_RUN_ROOT``, ``$PCA_RUN_ROOT``, then under
+    ``${XDG_STATE_HOME:-~/.local/state}``: ``looplane/runs``, ``rivumi/runs``,
+    ``python-coding-agent/runs``.
+
+    >>> default_run_root({"RIVUMI_RUN_ROOT": "/", "HOME": "/nonexistent"})
+    '/'
+    """
+    env = os.environ if environ is None else environ
+    candidates = [env.get(k) for k in ("RIVUMI_RUN_ROOT", "LOOPLANE_RUN_ROOT", "PCA_RUN_ROOT")]
+    state = env.get("XDG_STATE_HOME") or os.path.join(
+        env.get("HOME") or os.path.expanduser("~"), ".local", "state"
+    )
+    candidates += [
+        os.path.join(state, "looplane", "runs"),
+        os.path.join(state, "rivumi", "runs"),
+        os.path.join(state, "python-coding-agent", "runs"),
+    ]
+    for cand in candidates:
+        if cand and os.path.isdir(cand):
+            return cand
+    return None
+
+
+def normalize_sources(source: Source | None) -> tuple[list[str], str | None]:
+    """Turn a source argument into a list of path strings (and the default root used)."""
+    if source is None:
+        root = default_run_root()
+        if root is None:
+            raise SourceError(
+                "no source given and no default run root exists",
+                code="no_run_root",
+                hint="pass a run directory or set $RIVUMI_RUN_ROOT / $LOOPLANE_RUN_ROOT",
+            )
+        return [root], root
+    if isinstance(source, (str, os.PathLike)):
+        return [os.fspath(source)], None
+    return [os.fspath(s) for s in source], None
+
+
+def check_sources(paths: list[str]) -> None:
+    """Raise :class:`SourceError` for a missing path or a regular file (usage errors)."""
+    for p in paths:
+        try:
+            st = os.stat(p)  # the given path itself may be a symlink: used as given
+        except OSError:
+            raise SourceError(
+                f"source does not exist: {p}", code="source_missing", where=p,
+                hint="check the path; a source is a run directory or a folder of runs",
+            ) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise SourceError(
+                f"source is not a directory: {p}", code="source_not_directory", where=p,
+                hint="pass the run directory that holds events.jsonl, not the file itself",
+            )
+
+
+def _entries(path: str) -> list[os.DirEntry[str]] | None:
+    try:
+        with os.scandir(path) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError:
+        return None
+
+
+def _is_run_dir(names: set[str]) -> bool:
+    return any(m in names for m in RUN_MARKERS)
+
+
+def discover(source: Source | None, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Discovery:
+    """Find every run directory below ``source``.
+
+    A source path that is itself a run is used as given (even when it is a symlink). Below
+    it, dot-names are skipped silently and symlinks are listed under ``skipped``.
+
+    Raises:
+        SourceError: a missing source, a regular file, or no default root.
+    """
+    paths, root_used = normalize_sources(source)
+    check_sources(paths)
+    runs: list[RunLocation] = []
+    skipped: list[Skipped] = []
+    seen: set[str] = set()
+    for top in paths:
+        _walk(top, 0, max_depth, runs, skipped, seen, is_top=True)
+    return Discovery(runs=runs, skipped=skipped, root_used=root_used)
+
+
+def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
+          skipped: list[Skipped], seen: set[str], *, is_top: bool) -> None:
+    entries = _entries(path)
+    if entries is None:
+        skipped.append(Skipped(path, "unreadable"))
+        return
+    names = {e.name for e in entries}
+    if _is_run_dir(names):
+        if path not in seen:
+            seen.add(path)
+            runs.append(RunLocation(path))
+            _walk_subagents(path, entries, runs, skipped, seen, depth=0, max_depth=max_depth)
+        return
+    for e in entries:
+        if e.name.startswith("."):
+            continue
+        child = os.path.join(path, e.name)
+        kind = _entry_kind(e)
+        if kind == "symlink":
+            skipped.append(Skipped(child, "symlink"))
+        elif kind == "dir":
+            if depth + 1 > max_depth:
+                skipped.append(Skipped(child, "depth_limit"))
+            else:
+                _walk(child, depth + 1, max_depth, runs, skipped, seen, is_top=False)
+        elif kind == "other":
+            skipped.append(Skipped(child, "not_regular"))
+        # regular files in a non-run folder are simply not runs
+
+
+def _walk_subagents(run_dir: str, entries: list[os.DirEntry[str]], runs: list[RunLocation],
+                    skipped: list[Skipped], seen: set[str], *, depth: int,
+                    max_depth: int) -> None:
+    sub = next((e for e in entries if e.name == "subagents"), None)
+    if sub is None:
+        return
+    sub_path = os.path.join(run_dir, "subagents")
+    kind = _entry_kind(sub)
+    if kind == "symlink":
+        skipped.append(Skipped(sub_path, "symlink"))
+        return
+    if kind != "dir":
+        return
+    children = _entries(sub_path)
+    if children is None:
+        skipped.append(Skipped(sub_path, "unreadable"))
+        return
+    for e in children:
+        if e.name.startswith("."):
+            continue
+        child = os.path.join(sub_path, e.name)
+        ck = _entry_kind(e)
+        if ck == "symlink":
+            skipped.append(Skipped(child, "symlink"))
+            continue
+        if ck != "dir":
+            if ck == "other":
+                skipped.append(Skipped(child, "not_regular"))
+            continue
+        if depth + 1 > max_depth:
+            skipped.append(Skipped(child, "depth_limit"))
+            continue
+        grand = _entries(child)
+        if grand is None:
+            skipped.append(Skipped(child, "unreadable"))
+            continue
+        if child in seen:
+            continue
+        seen.add(child)
+        runs.append(RunLocation(child, is_subagent=True, parent_run_dir=run_dir))
+        _walk_subagents(child, grand, runs, skipped, seen, depth=depth + 1, max_depth=max_depth)
+
+
+def _entry_kind(e: os.DirEntry[str]) -> str:
+    try:
+        if e.is_symlink():
+            return "symlink"
+        if e.is_dir(follow_symlinks=False):
+            return "dir"
+        if e.is_file(follow_symlinks=False):
+            return "file"
+        return "other"
+    except OSError:
+        return "other"
+
+
+def relative_run_dir(run_dir: str, top: str) -> str:
+    """``run_dir`` relative to the source path it was found under (for redaction)."""
+    try:
+        rel = os.path.relpath(run_dir, top)
+    except ValueError:
+        return Path(run_dir).name
+    return "." if rel == "." else rel

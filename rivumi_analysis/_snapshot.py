@@ -1,0 +1,343 @@
+"""Read one run directory into an immutable snapshot (``RunData``), never modifying it.
+
+The snapshot holds everything the rules, reducer and tables need: parsed documents, every
+physical line with its status, and the accepted events. Reading a live run is retried until
+the manifest is the same before and after the log was read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ._decode import decode_line, native_envelope_warnings, parse_created_at
+from ._discovery import DEFAULT_MAX_DEPTH, RunLocation, Skipped, Source, discover
+from ._io import RUNNER_FILE_LIMIT, FileRead, lstat_identity, read_file, split_physical_lines
+
+STABLE_READ_ATTEMPTS = 4
+
+ATOMIC_WRITE_TARGETS = frozenset({
+    "session.json", "request.json", "checkpoint.json", "result.json", "verification.json",
+    "backend-result.json", "changes.patch", "test.log",
+})
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<rand>[A-Za-z0-9_-]{3,})$")
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One physical line of ``events.jsonl`` and what became of it."""
+
+    line_no: int
+    byte_offset: int
+    byte_length: int
+    raw: bytes
+    has_newline: bool
+    status: str  # accepted | quarantined | blank
+    reason: str | None = None
+    message: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One accepted event (envelope typed, ``data`` kept as exact JSON text and parsed)."""
+
+    line_no: int
+    byte_offset: int
+    byte_length: int
+    sequence: int
+    event_type: str
+    run_id: Any
+    task_id: Any
+    event_id: Any
+    created_at: datetime | None
+    text: str | None
+    data_json: str | None
+    data: dict[str, Any]
+    warnings: tuple[str, ...]
+    obj: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RunData:
+    """Everything read from one run directory."""
+
+    run_dir: str
+    kind: str
+    run_id: str | None
+    is_subagent: bool
+    parent_run_dir: str | None
+    listing: tuple[str, ...]
+    files: dict[str, FileRead]
+    manifest: dict[str, Any] | None
+    manifest_error: str | None
+    request: dict[str, Any] | None
+    request_error: str | None
+    result: Any
+    checkpoint: Any
+    backend_result: Any
+    lines: list[Line]
+    events: list[Event]
+    events_bytes: bytes | None
+    events_status: str
+    writer_lock_token: str | None
+    writer_active: bool
+    live_changed: bool
+
+    @property
+    def manifest_status(self) -> str:
+        return self.files["session.json"].status
+
+    @property
+    def quarantined(self) -> list[Line]:
+        return [ln for ln in self.lines if ln.status == "quarantined"]
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    runs: list[RunData]
+    skipped: list[Skipped]
+    root_used: str | None
+
+
+def load_fleet(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Fleet:
+    """Discover and read every run below ``source`` (eagerly; see :func:`iter_runs`)."""
+    found = discover(source, max_depth=max_depth)
+    runs = [read_run(loc.run_dir, is_subagent=loc.is_subagent, parent_run_dir=loc.parent_run_dir)
+            for loc in found.runs]
+    return Fleet(runs=runs, skipped=found.skipped, root_used=found.root_used)
+
+
+def iter_runs(locations: list[RunLocation]) -> Iterator[RunData]:
+    """Read runs one at a time, so memory is bounded by the largest run."""
+    for loc in locations:
+        yield read_run(loc.run_dir, is_subagent=loc.is_subagent, parent_run_dir=loc.parent_run_dir)
+
+
+def _parse_json_doc(fr: FileRead) -> tuple[Any, str | None]:
+    """``json.loads`` on UTF-8 text, as the runner reads its JSON documents."""
+    if fr.status != "ok" or fr.data is None:
+        return None, None
+    try:
+        text = fr.data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"not valid UTF-8 at byte {exc.start}"
+    try:
+        return json.loads(text), None
+    except RecursionError:
+        return None, "JSON nested too deeply"
+    except ValueError as exc:
+        return None, f"not valid JSON: {exc}"
+
+
+def _listing(run_dir: str) -> tuple[str, ...]:
+    try:
+        return tuple(sorted(os.listdir(run_dir)))
+    except OSError:
+        return ()
+
+
+def atomic_leftovers(listing: tuple[str, ...]) -> list[str]:
+    """Names of temp files left by a killed atomic write (``.<name>.<random>``).
+
+    >>> atomic_leftovers((".session.json.k3j2h1", ".writer.lock", "events.jsonl"))
+    ['.session.json.k3j2h1']
+    """
+    out = []
+    for name in listing:
+        m = _LEFTOVER.match(name)
+        if m and m.group("name") in ATOMIC_WRITE_TARGETS:
+            out.append(name)
+    return out
+
+
+def _proc_locked_inodes() -> set[str] | None:
+    """``major:minor:inode`` keys of every file lock held on this machine (Linux)."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    keys = set()
+    for line in text.splitlines():
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 2260 fd:00:1573916 0 EOF" (blocked waiters have "->")
+        if len(parts) >= 6 and parts[1] != "->":
+            keys.add(parts[5].lower())
+    return keys
+
+
+def _lock_key(st_dev: int, st_ino: int) -> str:
+    return f"{os.major(st_dev):02x}:{os.minor(st_dev):02x}:{st_ino}"
+
+
+def _writer_lock(run_dir: str) -> tuple[str | None, bool]:
+    """Token in ``.writer.lock`` and whether some process holds the lock (never taking it)."""
+    path = os.path.join(run_dir, ".writer.lock")
+    fr = read_file(path, limit=4096)
+    if fr.status != "ok" or fr.data is None or fr.identity is None:
+        return None, False
+    token = None
+    m = re.search(rb"token=([0-9A-Za-z_-]+)", fr.data)
+    if m:
+        token = m.group(1).decode("ascii")
+    held = False
+    keys = _proc_locked_inodes()
+    if keys:
+        _size, _mtime, ino, dev = fr.identity
+        held = _lock_key(dev, ino) in keys
+    return token, held
+
+
+def read_run(run_dir: str, *, is_subagent: bool = False,
+             parent_run_dir: str | None = None) -> RunData:
+    """Read one run directory into a :class:`RunData`. Never raises for bad content.
+
+    A live run is re-read until ``session.json`` and ``events.jsonl`` were not replaced
+    while being read (bounded attempts; ``live_changed`` when no stable snapshot was had).
+    """
+    live_changed = True
+    session_path = os.path.join(run_dir, "session.json")
+    for _attempt in range(STABLE_READ_ATTEMPTS):
+        # Manifest first, then the log, then check the manifest was not replaced meanwhile:
+        # the writer saves the manifest before each append (§1.4), so a stable manifest means
+        # the log we read is not ahead of it.
+        before = lstat_identity(session_path)
+        files = {name: read_file(os.path.join(run_dir, name))
+                 for name in ("session.json", "request.json", "events.jsonl")}
+        after = lstat_identity(session_path)
+        ev = files["events.jsonl"]
+        events_now = lstat_identity(os.path.join(run_dir, "events.jsonl"))
+        torn_by_race = (
+            ev.data is not None and ev.data and not ev.data.endswith(b"\n")
+            and events_now is not None and events_now[0] != len(ev.data)
+        )
+        if before == after and not torn_by_race:
+            live_changed = False
+            break
+    for name in ("result.json", "checkpoint.json", "backend-result.json"):
+        files[name] = read_file(os.path.join(run_dir, name), limit=RUNNER_FILE_LIMIT * 4)
+    listing = _listing(run_dir)
+    manifest, manifest_error = _parse_json_doc(files["session.json"])
+    request, request_error = _parse_json_doc(files["request.json"])
+    result, _ = _parse_json_doc(files["result.json"])
+    checkpoint, _ = _parse_json_doc(files["checkpoint.json"])
+    backend_result, _ = _parse_json_doc(files["backend-result.json"])
+    ev = files["events.jsonl"]
+    events_bytes = ev.data if ev.status == "ok" else None
+    lines, events = _decode_events(events_bytes)
+    kind = _kind(files, manifest, checkpoint, events, is_subagent)
+    if kind != "external":
+        events = _with_native_warnings(events)
+        lines = _merge_line_warnings(lines, events)
+    run_id = _run_id(manifest, events, checkpoint)
+    token, held = _writer_lock(run_dir)
+    return RunData(
+        run_dir=run_dir, kind=kind, run_id=run_id, is_subagent=is_subagent,
+        parent_run_dir=parent_run_dir, listing=listing, files=files,
+        manifest=manifest if isinstance(manifest, dict) else None,
+        manifest_error=manifest_error if manifest_error or isinstance(manifest, dict) or
+        manifest is None else "session.json is JSON but not an object",
+        request=request if isinstance(request, dict) else None,
+        request_error=request_error if request_error or isinstance(request, dict) or
+        request is None else "request.json is JSON but not an object",
+        result=result, checkpoint=checkpoint, backend_result=backend_result,
+        lines=lines, events=events, events_bytes=events_bytes,
+        events_status=ev.status, writer_lock_token=token, writer_active=held,
+        live_changed=live_changed,
+    )
+
+
+def _decode_events(data: bytes | None) -> tuple[list[Line], list[Event]]:
+    if data is None:
+        return [], []
+    lines: list[Line] = []
+    events: list[Event] = []
+    for pl in split_physical_lines(data):
+        raw = pl.raw
+        if not raw.strip():
+            lines.append(Line(pl.line_no, pl.byte_offset, len(raw), raw, pl.has_newline, "blank"))
+            continue
+        d = decode_line(raw, line_no=pl.line_no, has_newline=pl.has_newline)
+        if d.reason is not None:
+            lines.append(Line(pl.line_no, pl.byte_offset, len(raw), raw, pl.has_newline,
+                              "quarantined", d.reason, d.message, d.warnings))
+            continue
+        obj = d.obj or {}
+        created_at, coerced = parse_created_at(obj.get("created_at"))
+        warnings = d.warnings
+        if coerced:
+            warnings = tuple(sorted({*warnings, "coerced_value"}))
+        data_obj = obj.get("data")
+        text = obj.get("text")
+        events.append(Event(
+            line_no=pl.line_no, byte_offset=pl.byte_offset, byte_length=len(raw),
+            sequence=d.sequence or 0, event_type=d.event_type or "",
+            run_id=obj.get("run_id"), task_id=obj.get("task_id"), event_id=obj.get("event_id"),
+            created_at=created_at, text=text if isinstance(text, str) else None,
+            data_json=d.data_json, data=data_obj if isinstance(data_obj, dict) else {},
+            warnings=warnings, obj=obj,
+        ))
+        lines.append(Line(pl.line_no, pl.byte_offset, len(raw), raw, pl.has_newline,
+                          "accepted", None, None, warnings))
+    return lines, events
+
+
+def _with_native_warnings(events: list[Event]) -> list[Event]:
+    out = []
+    for e in events:
+        extra = native_envelope_warnings(e.obj)
+        if extra - set(e.warnings):
+            e = _replace_warnings(e, tuple(sorted({*e.warnings, *extra})))
+        out.append(e)
+    return out
+
+
+def _replace_warnings(e: Event, warnings: tuple[str, ...]) -> Event:
+    return Event(e.line_no, e.byte_offset, e.byte_length, e.sequence, e.event_type, e.run_id,
+                 e.task_id, e.event_id, e.created_at, e.text, e.data_json, e.data, warnings, e.obj)
+
+
+def _merge_line_warnings(lines: list[Line], events: list[Event]) -> list[Line]:
+    by_line = {e.line_no: e.warnings for e in events}
+    return [
+        Line(ln.line_no, ln.byte_offset, ln.byte_length, ln.raw, ln.has_newline, ln.status,
+             ln.reason, ln.message, by_line[ln.line_no])
+        if ln.line_no in by_line and by_line[ln.line_no] != ln.warnings else ln
+        for ln in lines
+    ]
+
+
+def _kind(files: dict[str, FileRead], manifest: Any, checkpoint: Any, events: list[Event],
+          is_subagent: bool) -> str:
+    if (isinstance(checkpoint, dict) and "backend_name" in checkpoint
+            and checkpoint.get("resumable") is False):
+        return "external"
+    if files["backend-result.json"].status != "missing":
+        return "external"
+    if files["session.json"].status == "missing" and not any(
+            isinstance(e.run_id, str) and e.run_id for e in events):
+        return "external"
+    if events and events[0].event_type == "run.forked":
+        return "fork"
+    if isinstance(manifest, dict) and manifest.get("provider_name") == "fork":
+        return "fork"
+    if is_subagent:
+        return "subagent"
+    return "native"
+
+
+def _run_id(manifest: Any, events: list[Event], checkpoint: Any) -> str | None:
+    if isinstance(manifest, dict) and isinstance(manifest.get("run_id"), str):
+        return manifest["run_id"]
+    for e in events:
+        if isinstance(e.run_id, str) and e.run_id:
+            return e.run_id
+    if isinstance(checkpoint, dict) and isinstance(checkpoint.get("run_id"), str):
+        return checkpoint["run_id"]
+    return None

@@ -1,0 +1,32 @@
+"""``approvals_df``: one row per approval request: requested then resolved, reused or abandoned, with the decision and the wait time."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ._discovery import DEFAULT_MAX_DEPTH, Source
+from ._frames import approvals_frame, load
+
+
+def approvals_df(source: Source | None = None, *, strict: bool = False,
+                 max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
+    """One row per approval request: requested then resolved, reused or abandoned, with the decision and the wait time.
+
+    Args:
+        source: a run directory, a folder of runs, or a list of either; ``None`` uses the
+            default run root (``$RIVUMI_RUN_ROOT``, ``$LOOPLANE_RUN_ROOT``, ...).
+        strict: raise :class:`~rivumi_analysis.errors.QuarantineError` (carrying the
+            quarantine table) if and only if at least one line was quarantined.
+        max_depth: how many folder levels to descend looking for runs.
+
+    Returns:
+        An eager polars DataFrame validated by :class:`rivumi_analysis.schemas.ApprovalsSchema`.
+
+    Raises:
+        SourceError: a missing source, a regular file, or no default run root.
+
+    >>> df = approvals_df("tests/fixtures/example")
+    >>> df["decision"].to_list().count("allow_session")
+    1
+    """
+    return load(source, strict=strict, max_depth=max_depth, builder=approvals_frame)

@@ -1,0 +1,159 @@
+"""The per-run audit record and the fleet audit (what the ``audit`` command prints)."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover
+from ._snapshot import RunData, read_run
+from .verdict import TERMINAL_RUN_EVENTS, decide
+
+SCHEMA_VERSION = 1
+
+RECORD_FIELDS: tuple[str, ...] = (
+    "schema_version", "run_dir", "run_id", "kind", "verdict", "reasons", "warnings", "message",
+    "lines", "blank_lines", "events", "quarantined_lines", "first_sequence", "last_sequence",
+    "manifest_last_event_sequence", "phase", "terminal_reason", "replay_accepts",
+    "replay_error", "parent_run_dir",
+)
+"""Every key of an audit record, in output order (null, never absent, when unknown)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditResult:
+    """Records (sorted by ``run_dir``) and the paths discovery skipped."""
+
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    root_used: str | None = None
+
+    def to_json_obj(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "runs": self.runs, "skipped": self.skipped}
+
+
+def _replay_verdict(run: RunData) -> tuple[bool | None, str | None]:
+    try:
+        from .replay import replay_verdict
+    except ImportError:  # replay engine not installed in this build
+        return None, None
+    return replay_verdict(run.events_bytes, run.events_status, run.run_dir)
+
+
+def record_from_run(run: RunData) -> dict[str, Any]:
+    """Build the JSON-ready audit record of one run (pure; see :data:`RECORD_FIELDS`)."""
+    v = decide(run)
+    lines = run.lines
+    events = run.events
+    seqs = [e.sequence for e in events]
+    manifest = run.manifest or {}
+    lseq = manifest.get("last_event_sequence")
+    phase = manifest.get("phase")
+    terminal_reason = None
+    for e in reversed(events):
+        if e.event_type in TERMINAL_RUN_EVENTS:
+            tr = e.data.get("terminal_reason")
+            terminal_reason = tr if isinstance(tr, str) else None
+            break
+    if terminal_reason is None and isinstance(run.result, dict):
+        tr = run.result.get("terminal_reason")
+        terminal_reason = tr if isinstance(tr, str) else None
+    reasons = list(v.reasons)
+    warnings = set(v.warnings)
+    messages = dict(v.messages)
+    replay_accepts, replay_error = _replay_verdict(run)
+    if replay_accepts is not None and run.kind != "external" and run.events_status == "ok":
+        resume_accepts = not (set(reasons) & _RESUME_LOG_REASONS)
+        if resume_accepts != replay_accepts:
+            warnings.add("readers_disagree")
+            messages.setdefault("readers_disagree", (
+                f"{run.run_dir}/events.jsonl: resume's reading "
+                f"{'accepts' if resume_accepts else 'refuses'} the log, replay "
+                f"{'accepts' if replay_accepts else 'refuses'} it"
+                + (f" ({replay_error})" if replay_error else "")))
+    first_code = next((c for c in reasons if c not in ("terminal",)), None) or (
+        reasons[0] if reasons else None)
+    message = messages.get(first_code) if first_code else None
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_dir": run.run_dir,
+        "run_id": run.run_id,
+        "kind": run.kind,
+        "verdict": v.verdict,
+        "reasons": reasons,
+        "warnings": sorted(warnings),
+        "message": message,
+        "lines": len(lines),
+        "blank_lines": sum(1 for ln in lines if ln.status == "blank"),
+        "events": len(events),
+        "quarantined_lines": sum(1 for ln in lines if ln.status == "quarantined"),
+        "first_sequence": min(seqs) if seqs else None,
+        "last_sequence": max(seqs) if seqs else None,
+        "manifest_last_event_sequence": lseq if type(lseq) is int else None,
+        "phase": phase if isinstance(phase, str) else None,
+        "terminal_reason": terminal_reason,
+        "replay_accepts": replay_accepts,
+        "replay_error": replay_error,
+        "parent_run_dir": run.parent_run_dir,
+    }
+
+
+# Verdict reasons that come from resume's reading of events.jsonl (§6 step 5).
+_RESUME_LOG_REASONS = frozenset({
+    "events_too_large", "invalid_event_line", "torn_tail", "event_extra_key",
+    "line_separator_split", "bom", "sequence_not_contiguous", "duplicate_sequence",
+    "run_id_drift", "task_id_drift",
+})
+
+
+def error_record(loc: RunLocation, exc: BaseException) -> dict[str, Any]:
+    """The record of a run the toolkit failed on: verdict ``error``, reason ``internal_error``."""
+    rec: dict[str, Any] = dict.fromkeys(RECORD_FIELDS)
+    tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    rec.update(schema_version=SCHEMA_VERSION, run_dir=loc.run_dir, kind=None, verdict="error",
+               reasons=["internal_error"], warnings=[],
+               message=f"{loc.run_dir}: internal error: {tb}; hint: please report this run",
+               lines=0, blank_lines=0, events=0, quarantined_lines=0,
+               parent_run_dir=loc.parent_run_dir)
+    return rec
+
+
+def audit_run(run_dir: str, *, is_subagent: bool = False,
+              parent_run_dir: str | None = None) -> dict[str, Any]:
+    """Audit one run directory and return its record. Never raises for bad content.
+
+    >>> rec = audit_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e")
+    >>> rec["verdict"], rec["quarantined_lines"], rec["events"]
+    ('terminal', 0, 50)
+    """
+    loc = RunLocation(run_dir, is_subagent, parent_run_dir)
+    try:
+        return record_from_run(read_run(run_dir, is_subagent=is_subagent,
+                                        parent_run_dir=parent_run_dir))
+    except Exception as exc:  # one bad run must not stop a fleet audit
+        return error_record(loc, exc)
+
+
+def iter_records(locations: list[RunLocation],
+                 progress: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
+    """Audit runs one at a time (memory bounded by the largest run)."""
+    for loc in locations:
+        yield audit_run(loc.run_dir, is_subagent=loc.is_subagent,
+                        parent_run_dir=loc.parent_run_dir)
+        if progress is not None:
+            progress(1)
+
+
+def audit(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEPTH,
+          progress: Callable[[int], None] | None = None) -> AuditResult:
+    """Audit every run below ``source``; records sorted by ``run_dir``.
+
+    Raises:
+        SourceError: a missing source, a regular file, or no default run root.
+    """
+    found = discover(source, max_depth=max_depth)
+    runs = sorted(iter_records(found.runs, progress), key=lambda r: r["run_dir"])
+    skipped = [{"path": s.path, "reason": s.reason} for s in found.skipped]
+    return AuditResult(runs=runs, skipped=skipped, root_used=found.root_used)

@@ -1,0 +1,183 @@
+"""``rivumi-analysis`` command line: thin argument parsing over the public API.
+
+Exit codes: 0 the command ran; 1 ``--fail-on`` matched; 2 usage error (checked before any
+output); 3 an internal error on at least one run (after printing everything else).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from importlib import resources
+from typing import Any
+
+from ._version import __version__
+from .errors import VERDICTS, SourceError
+
+EXIT_OK, EXIT_FAIL_ON, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # usage errors exit 2 (argparse's default too)
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="rivumi-analysis",
+                description="Audit, replay and chart Rivumi / Looplane run directories.")
+    p.add_argument("--version", action="version", version=f"rivumi-analysis {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    a = sub.add_parser("audit", help="per-run resume verdict, reasons and line accounting")
+    a.add_argument("paths", nargs="*", metavar="PATH",
+                   help="run directories or folders of runs (default: the run root)")
+    a.add_argument("--format", choices=("table", "json", "jsonl"), default=None,
+                   help="table when stdout is a terminal, else json")
+    a.add_argument("--fail-on", default="", metavar="VERDICT,...",
+                   help="exit 1 when any run has one of these verdicts")
+    a.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
+    a.set_defaults(handler=cmd_audit)
+
+    s = sub.add_parser("schema", help="print a JSON Schema shipped with the package")
+    s.add_argument("name", choices=("audit-record",))
+    s.set_defaults(handler=cmd_schema)
+
+    c = sub.add_parser("codes", help="list every reason, warning, quarantine and skip code")
+    c.set_defaults(handler=cmd_codes)
+
+    # SUBCOMMANDS: add yours below
+    from .replay import add_subparsers as _add_replay_subparsers  # replay helper (issue 4)
+
+    _add_replay_subparsers(sub)  # replay, fork-seed
+    return p
+
+
+def _resolve_paths(paths: list[str]) -> tuple[list[str] | None, str | None]:
+    """Validate PATH arguments before any output. Returns (paths, error message)."""
+    from ._discovery import check_sources, default_run_root
+
+    if not paths:
+        root = default_run_root()
+        if root is None:
+            return None, ("no PATH given and no run root found ($RIVUMI_RUN_ROOT, "
+                          "$LOOPLANE_RUN_ROOT, $PCA_RUN_ROOT, ~/.local/state/{looplane,rivumi,"
+                          "python-coding-agent}/runs)")
+        print(f"rivumi-analysis: using run root {root}", file=sys.stderr)
+        return [root], None
+    try:
+        check_sources(paths)
+    except SourceError as exc:
+        return None, exc.message + (f" (hint: {exc.hint})" if exc.hint else "")
+    return paths, None
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    fail_on = {v.strip() for v in args.fail_on.split(",") if v.strip()}
+    unknown = sorted(fail_on - set(VERDICTS))
+    if unknown:
+        print(f"rivumi-analysis audit: error: unknown verdict(s) {', '.join(unknown)}; "
+              f"choose from {', '.join(VERDICTS)}", file=sys.stderr)
+        return EXIT_USAGE
+    paths, err = _resolve_paths(args.paths)
+    if err:
+        print(f"rivumi-analysis audit: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    fmt = args.format or ("table" if sys.stdout.isatty() else "json")
+    result = _run_audit(paths, args.max_depth)
+    out = sys.stdout
+    if fmt == "json":
+        out.write(json.dumps(result.to_json_obj(), ensure_ascii=False, indent=1) + "\n")
+    elif fmt == "jsonl":
+        for rec in result.runs:
+            out.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
+        for s in result.skipped:
+            print(f"skipped: {s['path']} ({s['reason']})", file=sys.stderr)
+    else:
+        out.write(_format_table(result.runs, result.skipped))
+    out.flush()
+    if any(r["verdict"] == "error" for r in result.runs):
+        return EXIT_INTERNAL
+    if fail_on and any(r["verdict"] in fail_on for r in result.runs):
+        return EXIT_FAIL_ON
+    return EXIT_OK
+
+
+def _run_audit(paths: list[str], max_depth: int) -> Any:
+    from .audit import audit
+
+    progress = None
+    bar = None
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(unit="run", desc="auditing", file=sys.stderr, leave=False)
+        progress = bar.update
+    try:
+        return audit(paths, max_depth=max_depth, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _format_table(runs: list[dict[str, Any]], skipped: list[dict[str, str]]) -> str:
+    cols = ("run_dir", "kind", "verdict", "events", "quarantined_lines", "reasons")
+    heads = ("RUN", "KIND", "VERDICT", "EVENTS", "QUAR", "REASONS")
+    rows = [[_short(r["run_dir"], 60), r["kind"] or "-", r["verdict"], str(r["events"]),
+             str(r["quarantined_lines"]), ",".join(r["reasons"]) or "-"] for r in runs]
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(heads)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+              for row in rows]
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    summary = ", ".join(f"{v} {counts[v]}" for v in VERDICTS if v in counts) or "no runs"
+    lines.append(f"\n{len(runs)} run(s): {summary}")
+    for s in skipped:
+        lines.append(f"skipped: {s['path']} ({s['reason']})")
+    del cols
+    return "\n".join(lines) + "\n"
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    text = resources.files("rivumi_analysis").joinpath("data", f"{args.name}.schema.json")
+    sys.stdout.write(text.read_text(encoding="utf-8"))
+    if not text.read_text(encoding="utf-8").endswith("\n"):
+        sys.stdout.write("\n")
+    return EXIT_OK
+
+
+def cmd_codes(args: argparse.Namespace) -> int:
+    from .errors import ALL_CODES
+
+    for family, codes in ALL_CODES.items():
+        print(f"# {family}")
+        for code, text in codes.items():
+            print(f"{code}\t{text}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``rivumi-analysis`` console script; returns the exit code."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args))
+    except BrokenPipeError:  # e.g. piped into `head`
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""One error hierarchy and the registry of stable reason codes.
+
+Every problem the toolkit reports carries a *code*: a short, stable, snake_case string that
+scripts can match on. Codes never change meaning once published; new ones may be added.
+
+Codes come in four families:
+
+* ``VERDICT_REASONS``: verdict-level facts about a run (they decide or explain the verdict).
+* ``WARNINGS``: what the runner tolerates (or does not look at) but a careful auditor flags.
+* ``QUARANTINE_REASONS``: why a physical line of ``events.jsonl`` is not an accepted event.
+* ``SKIP_REASONS``: why discovery did not enter a path.
+
+>>> VERDICT_REASONS["torn_tail"].startswith("events.jsonl ends")
+True
+>>> "bom" in EVENT_WARNINGS
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+VERDICTS: tuple[str, ...] = (
+    "resumable",
+    "resync",
+    "side_effect_uncertain",
+    "terminal",
+    "corrupt",
+    "not_resumable",
+    "error",
+)
+"""Every verdict name, in the order the decision procedure tries them (``error`` last)."""
+
+VERDICT_REASONS: Mapping[str, str] = {
+    "external_run": "an external (Codex/Claude Code) run: it has no session manifest and is never resumable (§9.8)",
+    "manifest_missing": "there is no session.json entry at all, so resume has nothing to load",
+    "fork_manifest_rejected": "a fork run whose session.json the runner's strict loader rejects (computed usage.total_tokens, §7.5)",
+    "manifest_invalid_json": "session.json is not valid UTF-8 JSON",
+    "manifest_schema": "session.json parses but fails the SessionManifest schema (unknown key, wrong type, validator)",
+    "manifest_too_large": "session.json is larger than the runner's 16 MiB limit",
+    "request_invalid": "request.json is too large, not JSON, or fails the TaskContract schema",
+    "request_mismatch": "request.json task_id or base_sha differs from session.json (or base_sha is null)",
+    "events_missing": "events.jsonl is absent although the manifest says events were written",
+    "events_too_large": "events.jsonl is larger than the runner's 16 MiB limit",
+    "invalid_event_line": "a non-blank events.jsonl line fails the runner's strict RunEvent validation",
+    "torn_tail": "events.jsonl ends with a partial line (no final newline and not a valid event)",
+    "event_extra_key": "an event line has a top-level key RunEvent does not allow",
+    "line_separator_split": "a raw U+2028/U+2029/NEL or other str.splitlines() separator splits an event line for resume (§12)",
+    "bom": "events.jsonl starts with a UTF-8 BOM, which resume's text reader does not strip",
+    "sequence_not_contiguous": "event sequences do not run 0,1,2,... in file order (gap, out of order, or not starting at 0)",
+    "duplicate_sequence": "two events carry the same sequence",
+    "run_id_drift": "an event's run_id differs from the manifest's",
+    "task_id_drift": "an event's non-null task_id differs from the manifest's",
+    "manifest_behind": "session.json last_event_sequence is lower than the last logged sequence",
+    "manifest_ahead_by_more": "session.json last_event_sequence is two or more ahead of the log",
+    "manifest_ahead": "session.json is exactly one event ahead of the log (crash between save and append); resume resyncs",
+    "side_effect_tail": "the log ends at tool.started/verification.started: resume cannot prove the action completed",
+    "terminal": "the manifest is terminal (completed, failed or cancelled); resume refuses it",
+    "symlinked_file": "session.json, request.json or events.jsonl is a symlink; it is never read",
+    "unreadable": "a run file exists but cannot be read (permissions or I/O error)",
+    "not_regular_file": "a run file is not a regular file (FIFO, device, directory); it is never opened",
+    "internal_error": "the toolkit hit an unexpected error on this run; see the message",
+}
+
+WARNINGS: Mapping[str, str] = {
+    "request_missing": "request.json is absent, so step 4 of resume (task/base_sha match) was not checked",
+    "final_newline_missing": "the last line is a complete event but lacks its trailing newline",
+    "crlf": "a line ends with CR LF instead of LF",
+    "blank_lines": "events.jsonl contains blank or whitespace-only lines",
+    "coerced_value": "a value was accepted only through pydantic's lax coercion (e.g. sequence \"5\" or 5.0)",
+    "nan_or_infinity": "a NaN or Infinity literal appears (not standard JSON)",
+    "duplicate_key": "a JSON object repeats a key; the last value wins",
+    "created_at_missing": "an event has no created_at",
+    "event_id_missing": "an event has no event_id",
+    "line_too_long_for_replay": "a line exceeds replay's 131072-byte bound (resume accepts it)",
+    "quarantined_lines": "some events.jsonl lines are not accepted events (see quarantine_df)",
+    "run_id_mismatch_dirname": "run_id differs from the run directory's name",
+    "tool_unpaired": "a tool.started has no tool.completed (or a completion has no start), not at the tail",
+    "approval_unpaired": "an approval.requested has no resolution/abandonment, or a resolution has no request",
+    "pending_action_inconsistent": "pending_action in session.json does not match an open approval or unstarted action in the log",
+    "result_disagrees": "result.json status or terminal_reason disagrees with the last terminal run.* event",
+    "result_without_terminal_event": "result.json exists but the log has no terminal run.* event",
+    "usage_unreconciled": "manifest usage does not equal the sum of model.completed usage (nor model_usage records)",
+    "completion_unlogged": "the manifest is one ahead while the log ends at a side-effect start: the action ran, its completion was never logged",
+    "atomic_write_leftover": "a .<name>.<random> temp file left by a killed atomic write",
+    "writer_token_mismatch": ".writer.lock token differs from the manifest's active_writer_token",
+    "writer_active": "another process holds the run's writer lock (a live run)",
+    "live_changed": "the run kept changing while it was read; no stable snapshot was had",
+    "terminal_phase_mismatch": "session.json terminal disagrees with phase",
+    "wall_time_over_budget": "active_wall_time_seconds exceeds limits.wall_time_seconds",
+    "manifest_unknown_key": "session.json has a key the newest SessionManifest does not know",
+    "readers_disagree": "resume's reading of events.jsonl and replay's reading disagree on whether the log is acceptable",
+    "checkpoint_invalid": "checkpoint.json is present but is not a JSON object",
+    "result_invalid": "result.json is present but is not a JSON object",
+    "file_too_large_for_runner": "a run file exceeds the runner's 16 MiB limit (still analysed)",
+    "subagents_unreadable": "the run's subagents/ folder could not be listed",
+}
+
+EVENT_WARNINGS: Mapping[str, str] = {
+    "event_extra_key": "the line has a top-level key RunEvent does not allow",
+    "coerced_value": "sequence or another field was accepted only through lax coercion",
+    "nan_or_infinity": "a NaN or Infinity literal appears in the line",
+    "duplicate_key": "a JSON object in the line repeats a key (last value wins)",
+    "bom": "the line starts with a UTF-8 BOM",
+    "created_at_missing": "no created_at key",
+    "event_id_missing": "no event_id key",
+    "final_newline_missing": "a complete final line without its trailing newline",
+    "crlf": "the line ends with CR before LF",
+    "line_separator_split": "the line contains a character str.splitlines() splits on (U+2028, U+2029, NEL, ...)",
+    "invalid_event_line": "the line fails the runner's strict RunEvent validation (wrong type of run_id, task_id, data, ...)",
+    "line_too_long_for_replay": "the line exceeds 131072 bytes",
+}
+
+QUARANTINE_REASONS: Mapping[str, str] = {
+    "torn_tail": "a final segment without newline that is not an accepted event (wins over the others)",
+    "invalid_utf8": "the line is not valid UTF-8",
+    "json_syntax": "the line is not valid JSON",
+    "not_object": "the line is JSON but not an object",
+    "bad_sequence": "sequence is missing, negative, or not an integer under pydantic's lax rules",
+    "bad_event_type": "event_type is missing, not a string, or empty",
+}
+
+SKIP_REASONS: Mapping[str, str] = {
+    "symlink": "a symlink below the given path: never followed",
+    "not_regular": "neither a directory nor a regular file (FIFO, socket, device)",
+    "unreadable": "a directory that could not be listed",
+    "depth_limit": "a directory below the discovery depth limit",
+}
+
+ALL_CODES: Mapping[str, Mapping[str, str]] = {
+    "verdict reasons": VERDICT_REASONS,
+    "warnings": WARNINGS,
+    "event warnings": EVENT_WARNINGS,
+    "quarantine reasons": QUARANTINE_REASONS,
+    "skip reasons": SKIP_REASONS,
+}
+
+
+class RivumiAnalysisError(Exception):
+    """Base class of every error the toolkit raises on purpose.
+
+    Attributes:
+        code: stable reason code (see :mod:`rivumi_analysis.errors`).
+        where: ``file:line:byte`` (or a path) the problem is about, or ``None``.
+        hint: what the user can do about it.
+    """
+
+    code: str = "error"
+
+    def __init__(self, message: str, *, code: str | None = None, where: str | None = None,
+                 hint: str | None = None) -> None:
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.where = where
+        self.hint = hint
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        text = f"[{self.code}] {self.message}"
+        if self.where:
+            text += f"\n  at {self.where}"
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+
+class SourceError(RivumiAnalysisError):
+    """A source given to a loader does not exist, is a regular file, or no run root was found."""
+
+    code = "bad_source"
+
+
+class QuarantineError(RivumiAnalysisError):
+    """Raised by loaders with ``strict=True`` when at least one line was quarantined.
+
+    Attributes:
+        quarantine: the quarantine table (a polars DataFrame) with one row per problem line.
+    """
+
+    code = "quarantined_lines"
+
+    def __init__(self, quarantine: Any) -> None:
+        self.quarantine = quarantine
+        n = quarantine.height
+        first = quarantine.row(0, named=True)
+        where = f"{first['file']}:{first['line_no']}:{first['byte_offset']}"
+        super().__init__(
+            f"{n} line(s) of events.jsonl could not be accepted; first: "
+            f"{first['reason']}: {first['message']}",
+            where=where,
+            hint="inspect err.quarantine, or call the loader with strict=False to keep going",
+        )
+
+
+class ReplayRefused(RivumiAnalysisError):
+    """The runner's replay (or fork seed) would refuse this log; ``message`` is the runner's text."""
+
+    code = "replay_refused"
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        self.code = "replay_refused"
+        self.where = None
+        self.hint = None
+        Exception.__init__(self, message)
+
+
+class SchemaValidationError(RivumiAnalysisError):
+    """A table failed its pandera model (a bug in the toolkit or in a user-built frame)."""
+
+    code = "schema_validation"
+
+
+def describe(code: str) -> str:
+    """Return the one-line description of a reason code, or raise ``KeyError``.
+
+    >>> describe("depth_limit")
+    'a directory below the discovery depth limit'
+    """
+    for family in ALL_CODES.values():
+        if code in family:
+            return family[code]
+    raise KeyError(code)

@@ -1,0 +1,32 @@
+"""``model_calls_df``: one row per model step: usage, finish reason, retries and fallbacks, duration."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ._discovery import DEFAULT_MAX_DEPTH, Source
+from ._frames import model_calls_frame, load
+
+
+def model_calls_df(source: Source | None = None, *, strict: bool = False,
+                   max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
+    """One row per model step: usage, finish reason, retries and fallbacks, duration.
+
+    Args:
+        source: a run directory, a folder of runs, or a list of either; ``None`` uses the
+            default run root (``$RIVUMI_RUN_ROOT``, ``$LOOPLANE_RUN_ROOT``, ...).
+        strict: raise :class:`~rivumi_analysis.errors.QuarantineError` (carrying the
+            quarantine table) if and only if at least one line was quarantined.
+        max_depth: how many folder levels to descend looking for runs.
+
+    Returns:
+        An eager polars DataFrame validated by :class:`rivumi_analysis.schemas.ModelCallsSchema`.
+
+    Raises:
+        SourceError: a missing source, a regular file, or no default run root.
+
+    >>> df = model_calls_df("tests/fixtures/example")
+    >>> int(df["total_tokens"].sum())
+    7583
+    """
+    return load(source, strict=strict, max_depth=max_depth, builder=model_calls_frame)

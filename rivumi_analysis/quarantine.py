@@ -1,0 +1,32 @@
+"""``quarantine_df``: one row per quarantined line: file, ``line_no``, ``byte_offset``, ``byte_length``, reason code, message, raw bytes (first 4 KiB) and their sha256."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ._discovery import DEFAULT_MAX_DEPTH, Source
+from ._frames import quarantine_frame, load
+
+
+def quarantine_df(source: Source | None = None, *, strict: bool = False,
+                  max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
+    """One row per quarantined line: file, ``line_no``, ``byte_offset``, ``byte_length``, reason code, message, raw bytes (first 4 KiB) and their sha256.
+
+    Args:
+        source: a run directory, a folder of runs, or a list of either; ``None`` uses the
+            default run root (``$RIVUMI_RUN_ROOT``, ``$LOOPLANE_RUN_ROOT``, ...).
+        strict: raise :class:`~rivumi_analysis.errors.QuarantineError` (carrying the
+            quarantine table) if and only if at least one line was quarantined.
+        max_depth: how many folder levels to descend looking for runs.
+
+    Returns:
+        An eager polars DataFrame validated by :class:`rivumi_analysis.schemas.QuarantineSchema`.
+
+    Raises:
+        SourceError: a missing source, a regular file, or no default run root.
+
+    >>> df = quarantine_df("tests/fixtures/example")
+    >>> df.height
+    0
+    """
+    return load(source, strict=strict, max_depth=max_depth, builder=quarantine_frame)

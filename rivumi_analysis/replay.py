@@ -1,0 +1,693 @@
+"""Runner-compatible replay, ``--replay-json`` output and seed-only fork seeds (spec §7).
+
+This module re-implements the runner's ``session_replay.py`` (``reduce_jsonl`` →
+normalisation → ``_reduce_normalized``) over raw bytes, with exactly the refusal messages and
+check order of §7.6, plus the toolkit decisions listed at the end of §7.6 for the cases where
+the runner crashes or hangs (invalid UTF-8, recursion overflow, symlinked or non-regular
+``events.jsonl``).
+
+It depends on nothing else in the package except :mod:`rivumi_analysis.errors`, so every other
+layer (audit, states, drift, forks) can use it.
+
+>>> state = replay_bytes(b'{"sequence":0,"event_type":"run.created","run_id":"r1"}\\n')
+>>> canonical_json(state)
+'{"completed_turn_ids":[],"event_count":1,"first_sequence":0,"last_sequence":0,"run_id":"r1","schema_version":1,"timeline":[{"event_type":"run.created","run_id":"r1","sequence":0}]}'
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import ReplayRefused
+
+__all__ = [
+    "MAX_LINE_BYTES",
+    "MAX_EVENTS",
+    "MAX_TEXT_CHARS",
+    "ReplayRefused",
+    "canonical_json",
+    "cmd_fork_seed",
+    "cmd_replay",
+    "events_path",
+    "fork_seed",
+    "fork_seed_bytes",
+    "normalize_events",
+    "parse_lines",
+    "read_events_bytes",
+    "reduce_normalized",
+    "render_human",
+    "replay_bytes",
+    "replay_state",
+    "replay_verdict",
+]
+
+MAX_LINE_BYTES = 131_072
+"""Replay's per-line bound (newline excluded), §7.1."""
+MAX_EVENTS = 10_000
+"""Replay's bound on the number of events after normalisation, §7.2."""
+MAX_TEXT_CHARS = 16_000
+"""Strings picked for ``text``/``detail`` and the optional top-level strings are cut here."""
+
+# §7.2: the optional top-level string keys, in the order the runner checks them (rule 11).
+_TOP_LEVEL_TEXT_KEYS: tuple[str, ...] = (
+    "text", "summary", "terminal_reason", "reason", "error", "tool", "tool_name", "name",
+    "model", "runtime", "provider", "base_sha", "model_override",
+)
+# §7.3: keys searched for a timeline ``detail``, top level first, then ``data``.
+_DETAIL_KEYS: tuple[str, ...] = (
+    "summary", "terminal_reason", "reason", "error", "tool", "tool_name", "name", "model",
+    "runtime", "provider", "base_sha",
+)
+_ID_KEYS: tuple[str, ...] = ("run_id", "conversation_id", "turn_id")
+_TERMINAL_TYPES = frozenset({
+    "run.completed", "run.failed", "run.cancelled", "turn.completed", "turn.failed",
+    "turn.cancelled", "turn.interrupted", "turn_completed",
+})
+_TURN_START_TYPES = frozenset({"user.message", "turn_started"})
+_TURN_END_TYPES = frozenset({
+    "turn.completed", "turn.failed", "turn.cancelled", "turn.interrupted", "turn_completed",
+})
+# bytes.strip() strips exactly these ASCII whitespace bytes (rule 1).
+_ASCII_WS = b" \t\n\r\x0b\x0c"
+
+
+# --------------------------------------------------------------------------------------------
+# Canonical JSON
+# --------------------------------------------------------------------------------------------
+def _drop_nulls(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _drop_nulls(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [_drop_nulls(v) for v in obj]
+    return obj
+
+
+def canonical_json(obj: Any) -> str:
+    """Return the runner's canonical JSON text of ``obj`` (§7.4), without the final newline.
+
+    Keys are sorted, separators compact, non-ASCII kept raw, and keys whose value is ``None``
+    are dropped at every level (the replay state and seed contain no nulls worth keeping).
+
+    Args:
+        obj: a JSON-ready value (usually a replay state or fork seed dict).
+
+    Returns:
+        The JSON text.
+
+    >>> canonical_json({"b": 1, "a": None, "c": [{"x": None, "y": "é"}]})
+    '{"b":1,"c":[{"y":"é"}]}'
+    """
+    return json.dumps(_drop_nulls(obj), ensure_ascii=False, separators=(",", ":"),
+                      sort_keys=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Loading (§7.1, rules 1-6)
+# --------------------------------------------------------------------------------------------
+def events_path(run_dir: str | os.PathLike[str]) -> str:
+    """Return ``<run_dir>/events.jsonl`` joined as given (never resolved), as §7.6 requires.
+
+    >>> events_path("runs/abc")
+    'runs/abc/events.jsonl'
+    """
+    return os.path.join(os.fspath(run_dir), "events.jsonl")
+
+
+def read_events_bytes(run_dir: str | os.PathLike[str]) -> bytes:
+    """Read ``events.jsonl`` of ``run_dir`` the safe way, or raise :class:`ReplayRefused`.
+
+    A symlink or a non-regular file (FIFO, device, directory) is never read: the runner would
+    follow the link or hang on a FIFO, the toolkit refuses with
+    ``could not read event JSONL: <path> is not a regular file``. Other OS errors become
+    ``could not read event JSONL: <OS error text>`` (rule 6).
+
+    Args:
+        run_dir: the run directory, as given by the user.
+
+    Returns:
+        The whole file content.
+
+    Raises:
+        ReplayRefused: the file cannot be read.
+
+    >>> read_events_bytes("/nonexistent-dir")
+    Traceback (most recent call last):
+    ...
+    rivumi_analysis.errors.ReplayRefused: could not read event JSONL: [Errno 2] No such file or directory: '/nonexistent-dir/events.jsonl'
+    """
+    path = events_path(run_dir)
+    not_regular = f"could not read event JSONL: {path} is not a regular file"
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise ReplayRefused(f"could not read event JSONL: {exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        # Symlinks, FIFOs, sockets, devices and directories are never opened.
+        raise ReplayRefused(not_regular)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    flags |= getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        # ELOOP: the path became a symlink between lstat and open (O_NOFOLLOW refused it).
+        if exc.errno == errno.ELOOP or isinstance(exc, IsADirectoryError):
+            raise ReplayRefused(not_regular) from None
+        raise ReplayRefused(f"could not read event JSONL: {exc}") from None
+    try:
+        # Re-check on the open descriptor: the file may have been swapped after lstat.
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ReplayRefused(not_regular)
+        chunks: list[bytes] = []
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:  # cannot happen on a regular file; be safe anyway
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ReplayRefused(f"could not read event JSONL: {exc}") from None
+    finally:
+        os.close(fd)
+
+
+def parse_lines(data: bytes) -> list[dict[str, Any]]:
+    """Apply the loading rules 1-5 of §7.6 to ``data`` and return the JSON objects in order.
+
+    Lines are split after each ``\\n``; the first failing line decides. Blank lines (after
+    ``bytes.strip()``) are skipped and still count in the 1-based physical line number.
+
+    Args:
+        data: the raw bytes of ``events.jsonl``.
+
+    Returns:
+        One dict per non-blank line, in file order.
+
+    Raises:
+        ReplayRefused: with the runner's message for the first bad line.
+
+    >>> parse_lines(b'{"a":1}\\n\\n[1]\\n')
+    Traceback (most recent call last):
+    ...
+    rivumi_analysis.errors.ReplayRefused: event JSONL line 3 must contain an object
+    """
+    out: list[dict[str, Any]] = []
+    if not data:
+        return out
+    pieces = data.split(b"\n")
+    last = len(pieces) - 1
+    for idx, raw in enumerate(pieces):
+        line_no = idx + 1
+        has_newline = idx < last
+        if not has_newline and raw == b"":
+            break  # the file ended with "\n": no final segment
+        if not raw.strip(_ASCII_WS):
+            continue  # rule 1: blank, even as a final segment without "\n"
+        if not has_newline:
+            raise ReplayRefused("event JSONL has a partial final line")  # rule 2
+        if len(raw) > MAX_LINE_BYTES:
+            raise ReplayRefused(f"event JSONL line {line_no} exceeds {MAX_LINE_BYTES} bytes")
+        try:
+            # json.loads on bytes, exactly as the runner: it sniffs UTF-8/16/32, strips a
+            # UTF-8 BOM and decodes with "surrogatepass".
+            value = json.loads(raw)
+        except UnicodeDecodeError:
+            # The runner crashes here; §7.6 toolkit decision.
+            raise ReplayRefused(f"event JSONL line {line_no} is not valid UTF-8") from None
+        except (ValueError, RecursionError):
+            # JSONDecodeError, recursion overflow (§7.6 decision) and int-digit-limit errors
+            # (the runner would crash on the latter; treated as invalid JSON).
+            raise ReplayRefused(f"event JSONL line {line_no} is not valid JSON") from None
+        if not isinstance(value, dict):
+            raise ReplayRefused(f"event JSONL line {line_no} must contain an object")
+        out.append(value)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Normalisation (§7.2, rules 7-12)
+# --------------------------------------------------------------------------------------------
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _normalize_one(index: int, raw: dict[str, Any]) -> dict[str, Any]:
+    sequence = raw.get("sequence")
+    if not _is_int(sequence) or sequence < 0:
+        raise ReplayRefused(f"event {index} requires a non-negative integer sequence")
+    event_type = raw.get("event_type")
+    if not isinstance(event_type, str) or not event_type.strip():
+        raise ReplayRefused(f"event {index} requires event_type")
+    event: dict[str, Any] = {"sequence": sequence, "event_type": event_type.strip()}
+    for key in _ID_KEYS:
+        value = raw.get(key)
+        if value is None:
+            event[key] = None
+            continue
+        if not isinstance(value, str) or not value.strip():
+            raise ReplayRefused(f"event {index} has invalid {key}")
+        event[key] = value.strip()
+    data = raw.get("data")
+    if data is None:
+        data = {}
+    elif not isinstance(data, dict):
+        raise ReplayRefused(f"event {index} data must be an object")
+    event["data"] = data
+    top: dict[str, str] = {}
+    for key in _TOP_LEVEL_TEXT_KEYS:
+        value = raw.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ReplayRefused(f"event {index} has invalid {key}")
+        if "\x00" in value:
+            raise ReplayRefused(f"{key} cannot contain NUL")
+        top[key] = value[:MAX_TEXT_CHARS]
+    event["top"] = top
+    return event
+
+
+def normalize_events(raw_events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Normalise parsed lines (rules 7-12); ``I`` in messages is the 0-based non-blank index.
+
+    Every event is normalised before the count bound is checked, as the runner does.
+
+    Args:
+        raw_events: the dicts returned by :func:`parse_lines`.
+
+    Returns:
+        Normalised events: ``sequence``, stripped ``event_type``, ``run_id``,
+        ``conversation_id``, ``turn_id`` (or None), ``data`` (a dict) and ``top`` (the
+        validated optional top-level strings).
+
+    Raises:
+        ReplayRefused: the runner's message for the first bad event.
+
+    >>> normalize_events([{"sequence": True, "event_type": "x"}])
+    Traceback (most recent call last):
+    ...
+    rivumi_analysis.errors.ReplayRefused: event 0 requires a non-negative integer sequence
+    """
+    events = [_normalize_one(i, raw) for i, raw in enumerate(raw_events)]
+    if len(events) > MAX_EVENTS:
+        raise ReplayRefused(f"event log exceeds {MAX_EVENTS} events")
+    return events
+
+
+# --------------------------------------------------------------------------------------------
+# Reduction (§7.3, rules 13-15) and output (§7.4)
+# --------------------------------------------------------------------------------------------
+def _checked_text(value: str, label: str) -> str:
+    if "\x00" in value:
+        raise ReplayRefused(f"{label} cannot contain NUL")
+    return value[:MAX_TEXT_CHARS]
+
+
+def _timeline_item(event: dict[str, Any]) -> dict[str, Any]:
+    top = event["top"]
+    data = event["data"]
+    text: str | None = None
+    top_text = top.get("text")
+    if isinstance(top_text, str) and top_text:
+        text = _checked_text(top_text, "text")
+    else:
+        data_text = data.get("text")
+        if isinstance(data_text, str) and data_text:
+            text = _checked_text(data_text, "data.text")
+    detail: str | None = None
+    for source in (top, data):
+        for key in _DETAIL_KEYS:
+            value = source.get(key)
+            if isinstance(value, str) and value:
+                detail = _checked_text(value, key)
+                break
+        if detail is not None:
+            break
+    return {
+        "sequence": event["sequence"],
+        "event_type": event["event_type"],
+        "run_id": event["run_id"],
+        "conversation_id": event["conversation_id"],
+        "turn_id": event["turn_id"],
+        "text": text,
+        "detail": detail,
+    }
+
+
+def reduce_normalized(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Reduce normalised events to the §7.4 replay state dict (null keys already dropped).
+
+    Events are stably sorted by sequence; gaps are allowed, duplicates are refused.
+
+    Args:
+        events: output of :func:`normalize_events` (any order).
+
+    Returns:
+        The replay state: ``schema_version``, ``first_sequence``, ``last_sequence``,
+        ``event_count``, ``run_id``, ``conversation_id``, ``active_turn_id``,
+        ``completed_turn_ids``, ``terminal_event_type`` and ``timeline``.
+
+    Raises:
+        ReplayRefused: rules 13-15.
+
+    >>> ev = normalize_events([{"sequence": 3, "event_type": "a"}, {"sequence": 1, "event_type": "b"}])
+    >>> [i["sequence"] for i in reduce_normalized(ev)["timeline"]]
+    [1, 3]
+    """
+    ordered = sorted(events, key=lambda e: e["sequence"])
+    seen: set[int] = set()
+    run_id: str | None = None
+    conversation_id: str | None = None
+    active_turn_id: str | None = None
+    completed: list[str] = []
+    terminal: str | None = None
+    timeline: list[dict[str, Any]] = []
+    for event in ordered:
+        seq = event["sequence"]
+        if seq in seen:
+            raise ReplayRefused(f"duplicate event sequence: {seq}")
+        seen.add(seq)
+        if event["run_id"] is not None:
+            if run_id is None:
+                run_id = event["run_id"]
+            elif event["run_id"] != run_id:
+                raise ReplayRefused("event log contains multiple run_id values")
+        if event["conversation_id"] is not None:
+            if conversation_id is None:
+                conversation_id = event["conversation_id"]
+            elif event["conversation_id"] != conversation_id:
+                raise ReplayRefused("event log contains multiple conversation_id values")
+        etype = event["event_type"]
+        turn_id = event["turn_id"]
+        if turn_id is not None:
+            if etype in _TURN_START_TYPES:
+                active_turn_id = turn_id
+            elif etype in _TURN_END_TYPES:
+                if turn_id not in completed:
+                    completed.append(turn_id)
+                if active_turn_id == turn_id:
+                    active_turn_id = None
+        if etype in _TERMINAL_TYPES:
+            terminal = etype
+        timeline.append(_drop_nulls(_timeline_item(event)))
+    state: dict[str, Any] = {
+        "schema_version": 1,
+        "first_sequence": ordered[0]["sequence"] if ordered else None,
+        "last_sequence": ordered[-1]["sequence"] if ordered else None,
+        "event_count": len(ordered),
+        "run_id": run_id,
+        "conversation_id": conversation_id,
+        "active_turn_id": active_turn_id,
+        "completed_turn_ids": completed,
+        "terminal_event_type": terminal,
+        "timeline": timeline,
+    }
+    return _drop_nulls(state)
+
+
+def replay_bytes(data: bytes) -> dict[str, Any]:
+    """Replay the bytes of an ``events.jsonl`` exactly as ``--replay-json`` would.
+
+    Args:
+        data: the whole file content.
+
+    Returns:
+        The §7.4 replay state dict (null keys dropped); ``canonical_json`` of it plus ``"\\n"``
+        is the runner's stdout.
+
+    Raises:
+        ReplayRefused: any refusal of §7.6 rules 1-5 and 7-15.
+
+    >>> replay_bytes(b"")["event_count"]
+    0
+    >>> replay_bytes(b'{"sequence":0,"event_type":"x"}')
+    Traceback (most recent call last):
+    ...
+    rivumi_analysis.errors.ReplayRefused: event JSONL has a partial final line
+    """
+    return reduce_normalized(normalize_events(parse_lines(data)))
+
+
+def replay_state(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Replay ``<run_dir>/events.jsonl`` as the runner's ``sessions --replay-json`` does.
+
+    Args:
+        run_dir: a run directory, as given (it is joined, never resolved).
+
+    Returns:
+        The §7.4 replay state dict.
+
+    Raises:
+        ReplayRefused: with the runner's exact message (§7.6).
+
+    >>> replay_state("/nonexistent-dir")
+    Traceback (most recent call last):
+    ...
+    rivumi_analysis.errors.ReplayRefused: could not read event JSONL: [Errno 2] No such file or directory: '/nonexistent-dir/events.jsonl'
+    """
+    return replay_bytes(read_events_bytes(run_dir))
+
+
+# --------------------------------------------------------------------------------------------
+# Fork seed (§7.5, rules 16-18)
+# --------------------------------------------------------------------------------------------
+def _check_fork_sequence(sequence: Any) -> int:
+    if not _is_int(sequence) or sequence < 0:
+        raise ReplayRefused("fork sequence must be a non-negative integer")
+    return sequence
+
+
+def _seed_from_events(events: list[dict[str, Any]], sequence: int) -> dict[str, Any]:
+    whole = reduce_normalized(events)  # rules 13-15 on the whole log
+    at = [e for e in events if e["sequence"] == sequence]
+    if not at:
+        raise ReplayRefused(f"fork sequence {sequence} was not found")
+    prefix = [e for e in events if e["sequence"] <= sequence]
+    prefix_state = reduce_normalized(prefix)
+    seed = {
+        "schema_version": 1,
+        "fork_point_sequence": sequence,
+        "fork_point_event_type": at[0]["event_type"],
+        # The seed names the id reduced from the whole log (what the runner reduced first).
+        "source_run_id": whole.get("run_id"),
+        "source_conversation_id": whole.get("conversation_id"),
+        "new_run_id": None,
+        "new_workspace": None,
+        "events_included": len(prefix),
+        "side_effects_replayed": False,
+        "run_started": False,
+        "replay_state": prefix_state,
+    }
+    return _drop_nulls(seed)
+
+
+def fork_seed_bytes(data: bytes, sequence: int) -> dict[str, Any]:
+    """Build the seed-only fork seed at ``sequence`` from the bytes of an ``events.jsonl``.
+
+    Args:
+        data: the whole file content.
+        sequence: the fork point N.
+
+    Returns:
+        The seed dict (null keys dropped): ``run_started`` is false and there is no
+        ``new_run_id``/``new_workspace``.
+
+    Raises:
+        ReplayRefused: rule 16 first, then rules 1-15 on the whole log, then rule 18.
+
+    >>> fork_seed_bytes(b'{"sequence":0,"event_type":"x"}\\n', 0)["events_included"]
+    1
+    >>> fork_seed_bytes(b'{"sequence":0,"event_type":"x"}\\n', 2)
+    Traceback (most recent call last):
+    ...
+    rivumi_analysis.errors.ReplayRefused: fork sequence 2 was not found
+    """
+    n = _check_fork_sequence(sequence)
+    return _seed_from_events(normalize_events(parse_lines(data)), n)
+
+
+def fork_seed(run_dir: str | os.PathLike[str], sequence: int) -> dict[str, Any]:
+    """Build the runner's seed-only fork seed for ``<run_dir>/events.jsonl`` at ``sequence``.
+
+    Nothing is created on disk and ``request.json`` is not needed. Rule 16 (a non-negative,
+    non-bool int) is checked before the file is read.
+
+    Args:
+        run_dir: the run directory, as given.
+        sequence: the fork point N.
+
+    Returns:
+        The seed dict; ``canonical_json(seed) + "\\n"`` is the runner's output.
+
+    Raises:
+        ReplayRefused: the runner's message (§7.6 rules 16-18 and 1-15).
+
+    >>> fork_seed("/nonexistent-dir", -1)
+    Traceback (most recent call last):
+    ...
+    rivumi_analysis.errors.ReplayRefused: fork sequence must be a non-negative integer
+    """
+    n = _check_fork_sequence(sequence)
+    return fork_seed_bytes(read_events_bytes(run_dir), n)
+
+
+# --------------------------------------------------------------------------------------------
+# Verdict helper for the audit record
+# --------------------------------------------------------------------------------------------
+def replay_verdict(events_bytes: bytes | None, events_status: str,
+                   run_dir: str) -> tuple[bool, str | None]:
+    """Return ``(replay_accepts, replay_error)`` for the audit record and ``runs_df``.
+
+    Uses the bytes the loader already read (so replay judges the same snapshot); only when
+    the loader could not read the file is the refusal message rebuilt from ``events_status``.
+
+    Args:
+        events_bytes: the whole ``events.jsonl`` as read, or None when not read.
+        events_status: ``ok|missing|symlink|not_regular|unreadable`` (``RunData``).
+        run_dir: the run directory as given (used in ``could not read`` messages).
+
+    Returns:
+        ``(True, None)`` when replay accepts the log, else ``(False, message)`` where message
+        is exactly what ``rivumi-analysis replay --json`` prints after ``error: ``.
+
+    >>> replay_verdict(b"", "ok", "r")
+    (True, None)
+    >>> replay_verdict(None, "symlink", "r")
+    (False, 'could not read event JSONL: r/events.jsonl is not a regular file')
+    """
+    path = events_path(run_dir)
+    try:
+        if events_status == "ok" and events_bytes is not None:
+            replay_bytes(events_bytes)
+            return True, None
+        if events_status in ("symlink", "not_regular"):
+            return False, f"could not read event JSONL: {path} is not a regular file"
+        if events_status == "missing":
+            return False, f"could not read event JSONL: [Errno 2] No such file or directory: {path!r}"
+        # unreadable (or an inconsistent status): ask the OS for the real error text.
+        try:
+            read_events_bytes(run_dir)
+        except ReplayRefused as exc:
+            return False, exc.message
+        return False, f"could not read event JSONL: {path} could not be read"
+    except ReplayRefused as exc:
+        return False, exc.message
+
+
+# --------------------------------------------------------------------------------------------
+# Human view and CLI handlers (thin; wired into cli.py by the lead's marker)
+# --------------------------------------------------------------------------------------------
+def render_human(state: dict[str, Any], run_dir: str) -> str:
+    """Render a replay state for people: a header, the state keys, then the timeline.
+
+    Modelled on the runner's ``--replay`` layout (§7.4) with a short summary line added.
+
+    >>> print(render_human(replay_bytes(b'{"sequence":0,"event_type":"run.created"}\\n'), "r"))
+    Replay r
+    1 event(s), sequences 0..0, no terminal event
+    state:
+      completed_turn_ids: []
+      event_count: 1
+      first_sequence: 0
+      last_sequence: 0
+      schema_version: 1
+    timeline:
+         0  run.created
+    """
+    lines = [f"Replay {run_dir}"]
+    count = state.get("event_count", 0)
+    if count:
+        span = f"sequences {state['first_sequence']}..{state['last_sequence']}"
+    else:
+        span = "no events"
+    term = state.get("terminal_event_type")
+    lines.append(f"{count} event(s), {span}, "
+                 + (f"last terminal event {term}" if term else "no terminal event"))
+    lines.append("state:")
+    for key in sorted(state):
+        if key == "timeline":
+            continue
+        lines.append(f"  {key}: {json.dumps(state[key], ensure_ascii=False)}")
+    lines.append("timeline:")
+    items = state.get("timeline", [])
+    if not items:
+        lines.append("  none")
+    for item in items:
+        row = f"  {item['sequence']:>4}  {item['event_type']}"
+        if "turn_id" in item:
+            row += f"  turn={item['turn_id']}"
+        if "text" in item:
+            row += f"  text={json.dumps(item['text'], ensure_ascii=False)}"
+        if "detail" in item:
+            row += f"  detail={json.dumps(item['detail'], ensure_ascii=False)}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def _write_stdout(text: str) -> None:
+    # Lone surrogates can reach the output (json.loads decodes with "surrogatepass"); the
+    # runner would crash printing them, we write them through instead of crashing.
+    stream = getattr(sys.stdout, "buffer", None)
+    if stream is None:
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()
+    stream.write(text.encode("utf-8", "surrogatepass"))
+    stream.flush()
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    return 2
+
+
+def cmd_replay(args: Any) -> int:
+    """CLI handler of ``rivumi-analysis replay RUN_DIR [--json]``; returns the exit code."""
+    try:
+        state = replay_state(args.run_dir)
+    except ReplayRefused as exc:
+        return _error(exc.message)
+    if getattr(args, "json", False):
+        _write_stdout(canonical_json(state) + "\n")
+    else:
+        _write_stdout(render_human(state, args.run_dir) + "\n")
+    return 0
+
+
+def cmd_fork_seed(args: Any) -> int:
+    """CLI handler of ``rivumi-analysis fork-seed RUN_DIR --sequence N``; returns the exit code."""
+    try:
+        seed = fork_seed(args.run_dir, args.sequence)
+    except ReplayRefused as exc:
+        return _error(exc.message)
+    _write_stdout(canonical_json(seed) + "\n")
+    return 0
+
+
+def add_subparsers(subparsers: Any) -> None:
+    """Register ``replay`` and ``fork-seed`` on an argparse subparsers object.
+
+    Non-integer ``--sequence`` is an argparse usage error (exit 2); negative integers are
+    passed through so that rule 16's message is printed.
+    """
+    p = subparsers.add_parser(
+        "replay", help="replay a run's events.jsonl like the runner's sessions --replay-json")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="path to one run directory")
+    p.add_argument("--json", action="store_true",
+                   help="print the runner's canonical JSON byte for byte")
+    p.set_defaults(handler=cmd_replay)
+    f = subparsers.add_parser(
+        "fork-seed", help="print the runner's seed-only fork seed at a sequence (creates nothing)")
+    f.add_argument("run_dir", metavar="RUN_DIR", help="path to one run directory")
+    f.add_argument("--sequence", type=int, required=True, metavar="N",
+                   help="fork point sequence (a non-negative integer)")
+    f.set_defaults(handler=cmd_fork_seed)

@@ -1,0 +1,222 @@
+"""``states_df``: the state of every run after every accepted event, from the log alone.
+
+One row per accepted event (``RunData.events``), in file order, keyed by (``run_dir``,
+``line_no``), computed by the reference reducer (:mod:`rivumi_analysis.reducer`). Events the
+reducer rejects (a second event with an already-seen sequence) keep their row, carry the
+reason in ``rejected`` and leave the state columns as they were before the event.
+
+External runs (§9.8) are left out: their events are not native RunEvents, so step, usage,
+repeat-guard and approval state do not apply to them.
+
+``charge_approval_waits``: None (default) infers the runner generation per run
+(:func:`rivumi_analysis.reducer.infer_generation`) and charges approval waits only for M4-era
+runs, whose clock did not pause during approvals; True/False forces the rule for every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from ._snapshot import RunData, load_fleet
+from .errors import QuarantineError, SchemaValidationError
+from .reducer import (
+    Limits,
+    RunState,
+    Transition,
+    charge_waits_default,
+    events_from_run,
+    infer_generation,
+    iter_transitions,
+    state_row,
+)
+from .replay import replay_verdict
+
+__all__ = ["RunReplay", "load_runs", "replay_run", "states_df", "STATE_COLUMNS"]
+
+UTC_US = pl.Datetime("us", "UTC")
+
+# Column order and polars dtypes of states_df (the pandera model mirrors this).
+STATE_COLUMNS: dict[str, pl.DataType] = {
+    "run_dir": pl.Utf8(),
+    "run_id": pl.Utf8(),
+    "kind": pl.Utf8(),
+    "line_no": pl.Int64(),
+    "sequence": pl.Int64(),
+    "event_type": pl.Utf8(),
+    "created_at": UTC_US,
+    "rejected": pl.Utf8(),
+    "step": pl.Int64(),
+    "model_requests": pl.Int64(),
+    "model_completions": pl.Int64(),
+    "model_failures": pl.Int64(),
+    "tool_requests": pl.Int64(),
+    "tool_starts": pl.Int64(),
+    "tool_completions": pl.Int64(),
+    "input_tokens": pl.Int64(),
+    "output_tokens": pl.Int64(),
+    "cached_input_tokens": pl.Int64(),
+    "reasoning_tokens": pl.Int64(),
+    "provider_total_tokens": pl.Int64(),
+    "total_tokens": pl.Int64(),
+    "primary_total_tokens": pl.Int64(),
+    "reviewer_total_tokens": pl.Int64(),
+    "last_action_fingerprint": pl.Utf8(),
+    "repeat_count": pl.Int64(),
+    "repeat_trip_distance": pl.Int64(),
+    "fingerprint_unknown": pl.Boolean(),
+    "side_effects_in_flight": pl.Int64(),
+    "open_approvals": pl.Int64(),
+    "phase": pl.Utf8(),
+    "terminal": pl.Boolean(),
+    "terminal_reason": pl.Utf8(),
+    "continuation_index": pl.Int64(),
+    "resume_count": pl.Int64(),
+    "wall_elapsed_seconds": pl.Float64(),
+    "approval_wait_seconds": pl.Float64(),
+    "resume_downtime_seconds": pl.Float64(),
+    "charged_wall_seconds": pl.Float64(),
+    "steps_remaining": pl.Int64(),
+    "wall_time_remaining_seconds": pl.Float64(),
+    "tokens_remaining": pl.Int64(),
+    "fork_safe": pl.Boolean(),
+    "fork_accepted": pl.Boolean(),
+    "runner_generation": pl.Utf8(),
+    "charge_approval_waits": pl.Boolean(),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RunReplay:
+    """One run run through the reference reducer, with what the tables need besides states."""
+
+    run: RunData
+    transitions: tuple[Transition, ...]
+    final: RunState
+    generation: str
+    charge_approval_waits: bool
+    limits: Limits | None
+    replay_accepts: bool
+    replay_error: str | None
+
+
+def replay_run(run: RunData, *, charge_approval_waits: bool | None = None) -> RunReplay:
+    """Reduce one ``RunData`` and gather the run-level facts (generation, limits, replay).
+
+    Args:
+        run: a run read by the loader.
+        charge_approval_waits: force the §8.3 rule, or None to infer it from the generation.
+
+    Returns:
+        A :class:`RunReplay`.
+    """
+    events = events_from_run(run)
+    transitions = tuple(iter_transitions(events))
+    final = transitions[-1].state if transitions else RunState()
+    generation = infer_generation(events, run.manifest)
+    charge = (charge_waits_default(generation) if charge_approval_waits is None
+              else bool(charge_approval_waits))
+    accepts, error = replay_verdict(run.events_bytes, run.events_status, run.run_dir)
+    return RunReplay(run, transitions, final, generation, charge,
+                     Limits.from_request(run.request), accepts, error)
+
+
+def load_runs(source: Any = None, *, max_depth: int = 8) -> list[RunData]:
+    """Runs for a loader: a ``RunData``, a list of them, or a source for ``load_fleet``."""
+    if isinstance(source, RunData):
+        return [source]
+    if isinstance(source, Sequence) and not isinstance(source, str | bytes) and source and all(
+            isinstance(r, RunData) for r in source):
+        return list(source)
+    return load_fleet(source, max_depth=max_depth).runs
+
+
+def quarantine_frame(runs: Iterable[RunData]) -> pl.DataFrame:
+    """The quarantined lines of ``runs`` in the ``QuarantineSchema`` shape (for strict mode)."""
+    rows = []
+    for run in runs:
+        for ln in run.quarantined:
+            rows.append({
+                "run_dir": run.run_dir, "run_id": run.run_id,
+                "file": os.path.join(run.run_dir, "events.jsonl"), "line_no": ln.line_no,
+                "byte_offset": ln.byte_offset, "byte_length": ln.byte_length,
+                "reason": ln.reason or "json_syntax", "message": ln.message or "",
+                "raw": ln.raw[:4096], "raw_truncated": len(ln.raw) > 4096,
+                "sha256": hashlib.sha256(ln.raw).hexdigest(),
+            })
+    schema = {"run_dir": pl.Utf8, "run_id": pl.Utf8, "file": pl.Utf8, "line_no": pl.Int64,
+              "byte_offset": pl.Int64, "byte_length": pl.Int64, "reason": pl.Utf8,
+              "message": pl.Utf8, "raw": pl.Binary, "raw_truncated": pl.Boolean,
+              "sha256": pl.Utf8}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def check_strict(runs: Sequence[RunData], strict: bool) -> None:
+    """Raise :class:`QuarantineError` when ``strict`` and any line was quarantined."""
+    if strict and any(run.quarantined for run in runs):
+        raise QuarantineError(quarantine_frame(runs))
+
+
+def _rows_for(rr: RunReplay, cols: dict[str, list[Any]]) -> None:
+    run = rr.run
+    base = {"run_dir": run.run_dir, "run_id": run.run_id, "kind": run.kind}
+    by_line = {e.line_no: e for e in run.events}
+    for t in rr.transitions:
+        ev = by_line[t.event.line_no]
+        row = state_row(t.state, charge_approval_waits=rr.charge_approval_waits,
+                        limits=rr.limits)
+        row.update(base)
+        row["line_no"] = ev.line_no
+        row["sequence"] = ev.sequence
+        row["event_type"] = ev.event_type
+        row["created_at"] = ev.created_at
+        row["rejected"] = t.rejected
+        row["fork_accepted"] = rr.replay_accepts
+        row["runner_generation"] = rr.generation
+        row["charge_approval_waits"] = rr.charge_approval_waits
+        for name, values in cols.items():
+            values.append(row[name])
+
+
+def states_frame(replays: Iterable[RunReplay]) -> pl.DataFrame:
+    """Build (and validate) the states table from already reduced runs."""
+    cols: dict[str, list[Any]] = {name: [] for name in STATE_COLUMNS}
+    for rr in replays:
+        _rows_for(rr, cols)
+    df = pl.DataFrame(cols, schema=STATE_COLUMNS)
+    from .schemas import StatesSchema
+
+    try:
+        return StatesSchema.validate(df)
+    except Exception as exc:  # pandera raises its own error types
+        raise SchemaValidationError(f"states_df failed StatesSchema: {exc}") from exc
+
+
+def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
+              charge_approval_waits: bool | None = None) -> pl.DataFrame:
+    """The state after every accepted event of every non-external run.
+
+    Args:
+        source: run directories or folders of runs (None: the default run root); a
+            ``RunData`` or a list of them is also accepted.
+        strict: raise ``QuarantineError`` if any line was quarantined.
+        max_depth: discovery depth limit.
+        charge_approval_waits: §8.3 rule for charged wall time; None infers it per run (M4
+            runners charged approval waits; current ones do not).
+
+    Returns:
+        A DataFrame validated by ``schemas.StatesSchema``, one row per accepted event.
+
+    >>> df = states_df("/work/shared/spec/examples/a66038f97f204cb3aaa96339f195c37e")
+    >>> df.select("sequence", "step", "total_tokens").row(-1)
+    (49, 7, 7583)
+    """
+    runs = load_runs(source, max_depth=max_depth)
+    check_strict(runs, strict)
+    return states_frame(replay_run(r, charge_approval_waits=charge_approval_waits)
+                        for r in runs if r.kind != "external")

@@ -1,0 +1,32 @@
+"""``tool_calls_df``: one row per tool call, joined by ``tool_call_id`` across requested/started/completed: effect, outcome, error and duration."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ._discovery import DEFAULT_MAX_DEPTH, Source
+from ._frames import tool_calls_frame, load
+
+
+def tool_calls_df(source: Source | None = None, *, strict: bool = False,
+                  max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
+    """One row per tool call, joined by ``tool_call_id`` across requested/started/completed: effect, outcome, error and duration.
+
+    Args:
+        source: a run directory, a folder of runs, or a list of either; ``None`` uses the
+            default run root (``$RIVUMI_RUN_ROOT``, ``$LOOPLANE_RUN_ROOT``, ...).
+        strict: raise :class:`~rivumi_analysis.errors.QuarantineError` (carrying the
+            quarantine table) if and only if at least one line was quarantined.
+        max_depth: how many folder levels to descend looking for runs.
+
+    Returns:
+        An eager polars DataFrame validated by :class:`rivumi_analysis.schemas.ToolCallsSchema`.
+
+    Raises:
+        SourceError: a missing source, a regular file, or no default run root.
+
+    >>> df = tool_calls_df("tests/fixtures/example")
+    >>> df["outcome"].value_counts().sort("outcome").rows()
+    [('error', 2), ('ok', 4)]
+    """
+    return load(source, strict=strict, max_depth=max_depth, builder=tool_calls_frame)

@@ -1,0 +1,32 @@
+"""``usage_df``: one row per model-usage lane record with cost (``model_usage`` in newer manifests, else derived from ``model.completed``/``role_lane.completed`` events)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ._discovery import DEFAULT_MAX_DEPTH, Source
+from ._frames import usage_frame, load
+
+
+def usage_df(source: Source | None = None, *, strict: bool = False,
+             max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
+    """One row per model-usage lane record with cost (``model_usage`` in newer manifests, else derived from ``model.completed``/``role_lane.completed`` events).
+
+    Args:
+        source: a run directory, a folder of runs, or a list of either; ``None`` uses the
+            default run root (``$RIVUMI_RUN_ROOT``, ``$LOOPLANE_RUN_ROOT``, ...).
+        strict: raise :class:`~rivumi_analysis.errors.QuarantineError` (carrying the
+            quarantine table) if and only if at least one line was quarantined.
+        max_depth: how many folder levels to descend looking for runs.
+
+    Returns:
+        An eager polars DataFrame validated by :class:`rivumi_analysis.schemas.UsageSchema`.
+
+    Raises:
+        SourceError: a missing source, a regular file, or no default run root.
+
+    >>> df = usage_df("tests/fixtures/example")
+    >>> df["lane"].unique().to_list()
+    ['primary']
+    """
+    return load(source, strict=strict, max_depth=max_depth, builder=usage_frame)

@@ -1,0 +1,552 @@
+"""The resume verdict: what the runner's resume would decide for a run, and why (§6, §12).
+
+A pure function of a :class:`~rivumi_analysis._snapshot.RunData`: no file access. Steps 1, 2
+and 8 of §6 (lease, claim, workspace) are not evaluated: the toolkit is read-only and archived
+runs usually lack ``workspace/``.
+
+Decision order (the first that holds is the verdict; every condition that holds is listed):
+
+1. ``not_resumable``: external run, no ``session.json``, or a fork whose manifest is rejected.
+2. ``corrupt``: any failure of §6 steps 3–5 as §12 reads them.
+3. manifest exactly one ahead: step 7 (side-effect tail) is skipped.
+4. ``side_effect_uncertain``: the log ends at ``tool.started``/``verification.started``.
+5. ``terminal``: the manifest is terminal.
+6. ``resync`` when one ahead, else ``resumable``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from ._decode import BOM, RUN_EVENT_KEYS
+from ._io import RUNNER_FILE_LIMIT
+from ._models import (
+    TERMINAL_PHASES,
+    MANIFEST_KNOWN_KEYS,
+    RunEvent,
+    SessionManifest,
+    TaskContract,
+    first_error,
+)
+from ._snapshot import Event, RunData, atomic_leftovers
+from .errors import VERDICT_REASONS
+
+SIDE_EFFECT_STARTS = frozenset({"tool.started", "verification.started"})
+TERMINAL_RUN_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})
+_FILE_STATUS_REASON = {
+    "symlink": "symlinked_file",
+    "unreadable": "unreadable",
+    "not_regular": "not_regular_file",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A run's verdict with its reasons (verdict-level codes) and warnings, plus messages.
+
+    Attributes:
+        verdict: one of :data:`rivumi_analysis.errors.VERDICTS`.
+        reasons: sorted verdict-level codes that hold.
+        warnings: sorted auditor warnings.
+        messages: ``code -> readable message`` (what, where, hint) for every code listed.
+        last_event_sequence: the log's last sequence as resume reads it (-1 for empty).
+    """
+
+    verdict: str
+    reasons: tuple[str, ...]
+    warnings: tuple[str, ...]
+    messages: dict[str, str]
+    manifest_valid: bool
+
+
+class _Collector:
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+        self.reasons: set[str] = set()
+        self.warnings: set[str] = set()
+        self.messages: dict[str, str] = {}
+
+    def reason(self, code: str, message: str) -> None:
+        assert code in VERDICT_REASONS, code
+        self.reasons.add(code)
+        self.messages.setdefault(code, message)
+
+    def warn(self, code: str, message: str) -> None:
+        self.warnings.add(code)
+        self.messages.setdefault(code, message)
+
+
+def decide(run: RunData) -> Verdict:
+    """Decide the resume verdict of one run (pure; never raises for bad content).
+
+    >>> from rivumi_analysis._snapshot import read_run
+    >>> decide(read_run("/nonexistent-run")).verdict
+    'not_resumable'
+    """
+    c = _Collector(run.run_dir)
+    files = run.files
+    where_events = f"{run.run_dir}/events.jsonl"
+
+    # --- 1. not resumable by design ------------------------------------------------------
+    session_status = files["session.json"].status
+    if run.kind == "external":
+        c.reason("external_run", f"{run.run_dir}: external run (no session manifest; §9.8); "
+                 "hint: inspect its events with events_df, it cannot be resumed")
+    if session_status == "missing":
+        c.reason("manifest_missing", f"{run.run_dir}/session.json does not exist; "
+                 "hint: without a manifest the runner cannot resume this run")
+
+    # --- 2. corrupt: §6 step 3 (session.json) ----------------------------------------------
+    manifest_model: SessionManifest | None = None
+    manifest = run.manifest
+    if session_status in _FILE_STATUS_REASON:
+        code = _FILE_STATUS_REASON[session_status]
+        c.reason(code, f"{run.run_dir}/session.json is {_status_words(session_status)}; "
+                 "it was not read. hint: resume refuses it too")
+    elif session_status == "too_large" or (files["session.json"].size or 0) > RUNNER_FILE_LIMIT:
+        c.reason("manifest_too_large", f"{run.run_dir}/session.json is "
+                 f"{files['session.json'].size} bytes, over the runner's 16 MiB limit")
+    if session_status == "ok" and manifest is None:
+        c.reason("manifest_invalid_json", f"{run.run_dir}/session.json: {run.manifest_error}; "
+                 "hint: a killed non-atomic copy or a hand edit; resume refuses it")
+    if manifest is not None:
+        unknown = sorted(set(manifest) - MANIFEST_KNOWN_KEYS)
+        if unknown:
+            c.warn("manifest_unknown_key", f"{run.run_dir}/session.json has unknown key(s) "
+                   f"{', '.join(unknown)}; the runner's strict loader rejects them")
+        phase = manifest.get("phase")
+        if isinstance(manifest.get("terminal"), bool) and isinstance(phase, str) and (
+                manifest["terminal"] != (phase in TERMINAL_PHASES)):
+            c.warn("terminal_phase_mismatch", f"{run.run_dir}/session.json: terminal="
+                   f"{manifest['terminal']} but phase={phase!r}")
+        try:
+            manifest_model = SessionManifest.model_validate(manifest)
+        except ValidationError as exc:
+            if run.kind == "fork":
+                c.reason("fork_manifest_rejected", f"{run.run_dir}/session.json: fork manifest "
+                         f"rejected by the strict loader ({first_error(exc)}); §7.5: a fork run "
+                         "cannot be resumed")
+            c.reason("manifest_schema", f"{run.run_dir}/session.json fails SessionManifest: "
+                     f"{first_error(exc)}")
+        except Exception as exc:  # pragma: no cover - defensive: odd values pydantic rejects
+            c.reason("manifest_schema", f"{run.run_dir}/session.json: {exc}")
+
+    # --- §6 step 4 (request.json, only when present) -------------------------------------
+    req_status = files["request.json"].status
+    if req_status == "missing":
+        c.warn("request_missing", f"{run.run_dir}/request.json is absent; task_id/base_sha "
+               "match (§6 step 4) not checked")
+    elif req_status in _FILE_STATUS_REASON:
+        c.reason(_FILE_STATUS_REASON[req_status], f"{run.run_dir}/request.json is "
+                 f"{_status_words(req_status)}; it was not read")
+    elif req_status == "too_large" or (files["request.json"].size or 0) > RUNNER_FILE_LIMIT:
+        c.reason("request_invalid", f"{run.run_dir}/request.json is over the 16 MiB limit")
+    elif run.request is None:
+        c.reason("request_invalid", f"{run.run_dir}/request.json: {run.request_error}")
+    else:
+        try:
+            contract = TaskContract.model_validate(run.request)
+        except ValidationError as exc:
+            c.reason("request_invalid", f"{run.run_dir}/request.json fails TaskContract: "
+                     f"{first_error(exc)}")
+        else:
+            if manifest_model is not None:
+                if contract.task_id != manifest_model.task_id:
+                    c.reason("request_mismatch", f"{run.run_dir}/request.json task_id "
+                             f"{contract.task_id!r} != session.json {manifest_model.task_id!r}")
+                elif contract.base_sha is None or (
+                        contract.base_sha.lower() != manifest_model.base_sha.lower()):
+                    c.reason("request_mismatch", f"{run.run_dir}/request.json base_sha "
+                             f"{contract.base_sha!r} != session.json {manifest_model.base_sha!r}")
+
+    # --- §6 step 5 (events.jsonl) as §12 reads it ------------------------------------------
+    native_log = run.kind != "external"
+    last_seq = _check_events(run, c, manifest_model, native_log, where_events)
+
+    # --- manifest vs log --------------------------------------------------------------------
+    ahead = False
+    lseq = manifest_model.last_event_sequence if manifest_model else _int_or_none(
+        manifest.get("last_event_sequence") if manifest else None)
+    if lseq is not None and last_seq is not None and native_log:
+        if lseq < last_seq:
+            c.reason("manifest_behind", f"{run.run_dir}/session.json last_event_sequence {lseq} "
+                     f"is behind the log's last sequence {last_seq}; hint: the manifest is saved "
+                     "before each append, so this never happens in a clean crash")
+        elif lseq == last_seq + 1:
+            ahead = True
+            c.reason("manifest_ahead", f"{run.run_dir}/session.json last_event_sequence {lseq} is "
+                     f"one ahead of the log ({last_seq}): killed between the manifest save and "
+                     "the append; resume resyncs it")
+        elif lseq > last_seq + 1:
+            c.reason("manifest_ahead_by_more", f"{run.run_dir}/session.json last_event_sequence "
+                     f"{lseq} is {lseq - last_seq} ahead of the log ({last_seq})")
+
+    last_event = run.events[-1] if run.events else None
+    tail_side_effect = last_event is not None and last_event.event_type in SIDE_EFFECT_STARTS
+    if tail_side_effect and not ahead and native_log:
+        c.reason("side_effect_tail", f"{where_events}:{last_event.line_no}:"
+                 f"{last_event.byte_offset}: the log ends at {last_event.event_type}; resume "
+                 "cannot prove whether the action completed. hint: check the workspace by hand")
+    if tail_side_effect and ahead:
+        c.warn("completion_unlogged", f"{where_events}: the manifest is one ahead while the log "
+               f"ends at {last_event.event_type}: the action ran, its completion was never logged")
+    manifest_terminal = (manifest_model.terminal if manifest_model else
+                         bool(manifest.get("terminal")) if isinstance(manifest, dict) else False)
+    if manifest_terminal and native_log:
+        c.reason("terminal", f"{run.run_dir}/session.json is terminal (phase "
+                 f"{manifest.get('phase') if manifest else None!r}); resume refuses it "
+                 "(continuation reopens it)")
+
+    _auditor_warnings(run, c, manifest_model, ahead)
+
+    # --- decide ----------------------------------------------------------------------------
+    r = c.reasons
+    if r & {"external_run", "manifest_missing", "fork_manifest_rejected"}:
+        verdict = "not_resumable"
+    elif r - {"manifest_ahead", "side_effect_tail", "terminal"}:
+        verdict = "corrupt"
+    elif "side_effect_tail" in r:
+        verdict = "side_effect_uncertain"
+    elif "terminal" in r:
+        verdict = "terminal"
+    elif ahead:
+        verdict = "resync"
+    else:
+        verdict = "resumable"
+    return Verdict(verdict, tuple(sorted(c.reasons)), tuple(sorted(c.warnings)), c.messages,
+                   manifest_model is not None)
+
+
+def _status_words(status: str) -> str:
+    return {"symlink": "a symlink", "unreadable": "unreadable",
+            "not_regular": "not a regular file"}.get(status, status)
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if type(v) is int else None
+
+
+def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
+                  native_log: bool, where: str) -> int | None:
+    """Apply §6 step 5 as §12 reads it. Returns the log's last sequence (-1 when empty)."""
+    status = run.events_status
+    fr = run.files["events.jsonl"]
+    if status == "missing":
+        if native_log and run.files["session.json"].status == "ok":
+            lseq = manifest.last_event_sequence if manifest else None
+            if lseq is None or lseq != -1:
+                c.reason("events_missing", f"{where} does not exist but session.json "
+                         f"last_event_sequence is {lseq}; hint: the writer was killed before the "
+                         "first append (§7.6 note)")
+        return -1
+    if status in _FILE_STATUS_REASON:
+        c.reason(_FILE_STATUS_REASON[status], f"{where} is {_status_words(status)}; it was not "
+                 "read")
+        return None
+    if status == "too_large":
+        c.reason("events_too_large", f"{where} is {fr.size} bytes, over the toolkit's read bound")
+        return None
+    if (fr.size or 0) > RUNNER_FILE_LIMIT and native_log:
+        c.reason("events_too_large", f"{where} is {fr.size} bytes, over the runner's 16 MiB "
+                 "limit; hint: the log is still analysed, but resume refuses it")
+
+    lines = run.lines
+    quarantined = [ln for ln in lines if ln.status == "quarantined"]
+    if quarantined:
+        first = quarantined[0]
+        c.warn("quarantined_lines", f"{where}:{first.line_no}:{first.byte_offset}: "
+               f"{len(quarantined)} line(s) quarantined, first: {first.reason}: {first.message}")
+    if any(ln.status == "blank" for ln in lines):
+        c.warn("blank_lines", f"{where}: blank or whitespace-only lines (skipped by the runner)")
+    for e in run.events:
+        for w in e.warnings:
+            if w in ("coerced_value", "nan_or_infinity", "duplicate_key", "crlf",
+                     "final_newline_missing", "line_too_long_for_replay",
+                     "created_at_missing", "event_id_missing"):
+                c.warn(w, f"{where}:{e.line_no}:{e.byte_offset}: {w.replace('_', ' ')}")
+    if not native_log:
+        return run.events[-1].sequence if run.events else -1
+
+    data = run.events_bytes or b""
+    if quarantined and quarantined[-1].reason == "torn_tail":
+        t = quarantined[-1]
+        c.reason("torn_tail", f"{where}:{t.line_no}:{t.byte_offset}: partial final line "
+                 f"({t.byte_length} bytes, no newline); hint: the writer was killed mid-append")
+    # (index among non-blank pieces, event) for every piece resume's reading accepts
+    pieces_ok = _resume_pieces(run, data, c, where)
+    seqs = [e.sequence for e in run.events]
+    if len(set(seqs)) != len(seqs):
+        dup = next(s for s in seqs if seqs.count(s) > 1)
+        e = next(e for e in run.events if e.sequence == dup and seqs.count(dup) > 1)
+        c.reason("duplicate_sequence", f"{where}: sequence {dup} appears more than once "
+                 f"(first at line {e.line_no}); hint: an emit without the lock (§2.4 hazard)")
+    for i, e in pieces_ok:
+        if e.sequence != i:
+            c.reason("sequence_not_contiguous", f"{where}:{e.line_no}:{e.byte_offset}: line "
+                     f"{i} of the log has sequence {e.sequence}; resume needs {i}")
+            break
+    if manifest is not None:
+        for e in run.events:
+            if isinstance(e.run_id, str) and e.run_id != manifest.run_id:
+                c.reason("run_id_drift", f"{where}:{e.line_no}:{e.byte_offset}: run_id "
+                         f"{e.run_id!r} != manifest {manifest.run_id!r}")
+                break
+        for e in run.events:
+            if isinstance(e.task_id, str) and e.task_id != manifest.task_id:
+                c.reason("task_id_drift", f"{where}:{e.line_no}:{e.byte_offset}: task_id "
+                         f"{e.task_id!r} != manifest {manifest.task_id!r}")
+                break
+    return run.events[-1].sequence if run.events else -1
+
+
+def _resume_pieces(run: RunData, data: bytes, c: _Collector,
+                   where: str) -> list[tuple[int, Event]]:
+    """Resume's reading: UTF-8 text, ``str.splitlines()``, strict RunEvent per piece.
+
+    Fast path: when nothing in the file makes ``splitlines`` differ from splitting at LF (no
+    BOM, no exotic separators, valid UTF-8), resume's pieces are the non-blank physical
+    lines, already decoded.
+    """
+    exotic = data.startswith(BOM) or any(
+        "line_separator_split" in ln.warnings for ln in run.lines)
+    invalid_utf8 = any(ln.reason == "invalid_utf8" or (
+        ln.reason == "torn_tail" and "UTF-8" in (ln.message or "")) for ln in run.lines)
+    if invalid_utf8:
+        c.reason("invalid_event_line", f"{where}: not valid UTF-8; resume reads the file as "
+                 "strict UTF-8 text and fails")
+        exotic = True
+    if not exotic:
+        out: list[tuple[int, Event]] = []
+        by_line = {e.line_no: e for e in run.events}
+        index = 0
+        for ln in run.lines:
+            if ln.status == "blank":
+                continue
+            e = by_line.get(ln.line_no)
+            if e is None:
+                if ln.reason != "torn_tail":
+                    c.reason("invalid_event_line", f"{where}:{ln.line_no}:{ln.byte_offset}: "
+                             f"{ln.reason}: {ln.message}")
+            elif "event_extra_key" in e.warnings:
+                extra = sorted(set(e.obj) - RUN_EVENT_KEYS)
+                c.reason("event_extra_key", f"{where}:{ln.line_no}:{ln.byte_offset}: unknown "
+                         f"top-level key(s) {', '.join(extra)}; RunEvent forbids extra keys")
+            elif "invalid_event_line" in e.warnings:
+                c.reason("invalid_event_line", f"{where}:{ln.line_no}:{ln.byte_offset}: fails "
+                         f"RunEvent: {_run_event_error(e.obj)}")
+            else:
+                out.append((index, e))
+            index += 1
+        return out
+    # Slow, literal path (rare): exactly what SessionStore._validate_events does.
+    if data.startswith(BOM):
+        c.reason("bom", f"{where}:1:0: the file starts with a UTF-8 BOM; resume's text reader "
+                 "keeps it, so line 1 is not valid JSON")
+    if any("line_separator_split" in ln.warnings for ln in run.lines):
+        ln = next(ln for ln in run.lines if "line_separator_split" in ln.warnings)
+        c.reason("line_separator_split", f"{where}:{ln.line_no}:{ln.byte_offset}: a raw "
+                 "U+2028/U+2029/NEL (or other splitlines separator) splits this line for resume")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return []
+    pieces = [p for p in text.splitlines() if p.strip()]
+    out = []
+    events_iter = {e.line_no: e for e in run.events}
+    # Map each valid piece back to its physical line by re-decoding its offset.
+    offsets = _piece_line_numbers(text, data)
+    for i, piece in enumerate(pieces):
+        try:
+            ev = RunEvent.model_validate_json(piece)
+        except ValidationError:
+            continue
+        except Exception:
+            continue
+        line_no = offsets.get(i)
+        e = events_iter.get(line_no) if line_no is not None else None
+        if e is not None and e.sequence == ev.sequence:
+            out.append((i, e))
+    return out
+
+
+def _piece_line_numbers(text: str, data: bytes) -> dict[int, int]:
+    """Map non-blank ``splitlines`` piece index -> physical line number of its start."""
+    out: dict[int, int] = {}
+    pos = 0
+    idx = 0
+    for piece in text.splitlines(keepends=True):
+        body = piece.rstrip("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+        if body.strip():
+            line_no = text.count("\n", 0, pos) + 1
+            out[idx] = line_no
+            idx += 1
+        pos += len(piece)
+    return out
+
+
+def _run_event_error(obj: dict[str, Any]) -> str:
+    try:
+        RunEvent.model_validate_json(json.dumps(obj, allow_nan=True))
+    except ValidationError as exc:
+        return first_error(exc)
+    except Exception as exc:  # pragma: no cover
+        return str(exc)
+    return "invalid"
+
+
+def _auditor_warnings(run: RunData, c: _Collector, manifest: SessionManifest | None,
+                      ahead: bool) -> None:
+    where = f"{run.run_dir}/events.jsonl"
+    name = run.run_dir.rstrip("/").rsplit("/", 1)[-1]
+    if run.run_id and name != run.run_id and run.kind != "subagent" and run.kind != "external":
+        c.warn("run_id_mismatch_dirname", f"{run.run_dir}: run_id {run.run_id!r} differs from "
+               f"the directory name {name!r}")
+    leftovers = atomic_leftovers(run.listing)
+    if leftovers:
+        c.warn("atomic_write_leftover", f"{run.run_dir}/{leftovers[0]}: temp file left by a "
+               "killed atomic write (ignored by the runner)")
+    if run.writer_active:
+        c.warn("writer_active", f"{run.run_dir}/.writer.lock is held by a live process; the "
+               "run is being written")
+    if run.live_changed:
+        c.warn("live_changed", f"{run.run_dir}: session.json kept changing while read; no "
+               "stable snapshot (verdict is provisional)")
+    if (run.writer_lock_token and manifest is not None and manifest.active_writer_token
+            and run.writer_lock_token != manifest.active_writer_token):
+        c.warn("writer_token_mismatch", f"{run.run_dir}/.writer.lock token differs from "
+               "session.json active_writer_token")
+    if run.files["checkpoint.json"].status == "ok" and not isinstance(run.checkpoint, dict):
+        c.warn("checkpoint_invalid", f"{run.run_dir}/checkpoint.json is not a JSON object")
+    if run.files["result.json"].status == "ok" and not isinstance(run.result, dict):
+        c.warn("result_invalid", f"{run.run_dir}/result.json is not a JSON object")
+    for fname in ("session.json", "request.json"):
+        if (run.files[fname].size or 0) > RUNNER_FILE_LIMIT:
+            c.warn("file_too_large_for_runner", f"{run.run_dir}/{fname} exceeds 16 MiB")
+
+    events = run.events
+    # pairing of tool and approval events (tail side effects are the verdict's business)
+    started: dict[str, Event] = {}
+    completed: set[str] = set()
+    for e in events:
+        tcid = e.data.get("tool_call_id")
+        if e.event_type == "tool.started" and isinstance(tcid, str):
+            started[tcid] = e
+        elif e.event_type == "tool.completed" and isinstance(tcid, str):
+            completed.add(tcid)
+            if tcid not in started and e.data.get("preview") is not None:
+                c.warn("tool_unpaired", f"{where}:{e.line_no}:{e.byte_offset}: tool.completed "
+                       f"for {tcid} has no tool.started")
+    last = events[-1] if events else None
+    for tcid, e in started.items():
+        if tcid not in completed and e is not last:
+            c.warn("tool_unpaired", f"{where}:{e.line_no}:{e.byte_offset}: tool.started for "
+                   f"{tcid} never completed")
+            break
+    requested: dict[str, Event] = {}
+    closed: set[str] = set()
+    for e in events:
+        rid = e.data.get("request_id")
+        if not isinstance(rid, str):
+            continue
+        if e.event_type == "approval.requested":
+            requested[rid] = e
+        elif e.event_type in ("approval.resolved", "approval.abandoned"):
+            closed.add(rid)
+            if e.event_type == "approval.resolved" and rid not in requested:
+                c.warn("approval_unpaired", f"{where}:{e.line_no}:{e.byte_offset}: "
+                       f"approval.resolved {rid} has no approval.requested")
+    open_requests = [rid for rid in requested if rid not in closed]
+    # An approval still open at the tail is a run waiting for a decision, not an anomaly.
+    pending = manifest.pending_action if manifest is not None else None
+    for rid in open_requests:
+        if pending is None or pending.request_id != rid:
+            e = requested[rid]
+            c.warn("approval_unpaired", f"{where}:{e.line_no}:{e.byte_offset}: approval "
+                   f"{rid} was never resolved")
+            break
+    if pending is not None and not ahead:
+        known = {e.data.get("request_id") for e in events if e.event_type.startswith("approval.")}
+        action_started = any(
+            e.event_type in SIDE_EFFECT_STARTS and (
+                e.data.get("tool_call_id") == pending.action_id
+                or f"verification:{e.data.get('name')}" == pending.action_id)
+            for e in events
+            if e.sequence > _request_seq(events, pending.request_id))
+        if pending.request_id not in known or action_started:
+            c.warn("pending_action_inconsistent", f"{run.run_dir}/session.json pending_action "
+                   f"{pending.request_id} ({pending.action_id}) "
+                   + ("has no approval event in the log" if pending.request_id not in known
+                      else "was already started, so it should have been cleared"))
+
+    # result.json vs the last terminal run.* event
+    terminal_events = [e for e in events if e.event_type in TERMINAL_RUN_EVENTS]
+    result = run.result if isinstance(run.result, dict) else None
+    if result is not None and run.kind != "external":
+        if not terminal_events:
+            c.warn("result_without_terminal_event", f"{run.run_dir}/result.json exists but the "
+                   "log has no terminal run.* event")
+        else:
+            t = terminal_events[-1]
+            status = t.event_type.split(".", 1)[1]
+            if result.get("status") != status or result.get("terminal_reason") != t.data.get(
+                    "terminal_reason"):
+                c.warn("result_disagrees", f"{run.run_dir}/result.json status/terminal_reason "
+                       f"{result.get('status')}/{result.get('terminal_reason')} != last "
+                       f"{t.event_type} {t.data.get('terminal_reason')}")
+
+    if manifest is not None and not ahead:
+        _usage_check(run, c, manifest, terminal_events)
+        limits = (run.request or {}).get("limits") if isinstance(run.request, dict) else None
+        budget = limits.get("wall_time_seconds") if isinstance(limits, dict) else None
+        if isinstance(budget, (int, float)) and manifest.active_wall_time_seconds > budget + 1.0:
+            c.warn("wall_time_over_budget", f"{run.run_dir}/session.json active_wall_time_seconds"
+                   f" {manifest.active_wall_time_seconds:.1f} > limit {budget}")
+
+
+def _request_seq(events: list[Event], request_id: str) -> int:
+    for e in events:
+        if e.data.get("request_id") == request_id:
+            return e.sequence
+    return -1
+
+
+_COUNTERS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
+
+
+def _usage_check(run: RunData, c: _Collector, manifest: SessionManifest,
+                 terminal_events: list[Event]) -> None:
+    def total(u: dict[str, Any]) -> int:
+        ptt = u.get("provider_total_tokens")
+        if isinstance(ptt, int):
+            return ptt
+        return int(u.get("input_tokens") or 0) + int(u.get("output_tokens") or 0)
+
+    if manifest.model_usage:
+        recs = [r.usage.model_dump() for r in manifest.model_usage]
+        basis = "model_usage records"
+    else:
+        if any(e.event_type in ("loop.wind_down_completed", "loop.wind_down_failed")
+               for e in run.events):
+            return  # the wind-down call's usage is logged nowhere (§9.1)
+        if any(e.data.get("terminal_reason") == "token_budget_exceeded" for e in terminal_events):
+            return  # the crossing call has no model.completed (§9.1)
+        recs = [e.data.get("usage") for e in run.events if e.event_type in (
+            "model.completed", "role_lane.completed")]
+        recs = [r for r in recs if isinstance(r, dict)]
+        basis = "model.completed usage"
+    mu = manifest.usage.model_dump()
+    try:
+        sums = {k: sum(int(r.get(k) or 0) for r in recs) for k in _COUNTERS}
+        ptt = sum(total(r) for r in recs)
+    except (TypeError, ValueError):
+        return
+    mismatch = [k for k in _COUNTERS if sums[k] != mu[k]]
+    if recs and (mu["provider_total_tokens"] or 0) != ptt:
+        mismatch.append("provider_total_tokens")
+    if mismatch:
+        c.warn("usage_unreconciled", f"{run.run_dir}/session.json usage differs from the sum of "
+               f"{basis} in {', '.join(mismatch)}")
