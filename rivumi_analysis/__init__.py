@@ -25,7 +25,6 @@ _LAZY = {
     "states_df": "rivumi_analysis.states",
     "drift_df": "rivumi_analysis.drift",
     "forks_df": "rivumi_analysis.forks",
-    "audit": "rivumi_analysis.audit",
     "audit_run": "rivumi_analysis.audit",
 }
 

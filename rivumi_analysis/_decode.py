@@ -25,6 +25,8 @@ RUN_EVENT_KEYS = frozenset(RunEvent.model_fields)
 
 # str.splitlines() separators other than \n and \r\n (spec §12). \r alone is handled apart.
 _SPLITLINES_CHARS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]|\r(?!$)")
+# Cheap bytes pre-check: any byte sequence that could encode one of the above.
+_SPLITLINES_BYTES = re.compile(rb"[\x0b\x0c\x1c\x1d\x1e\r]|\xc2\x85|\xe2\x80[\xa8\xa9]")
 _CANONICAL_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
 
 
@@ -111,7 +113,7 @@ def decode_line(raw: bytes, *, line_no: int, has_newline: bool) -> Decoded:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         return quarantine("invalid_utf8", f"not valid UTF-8 at byte {exc.start} of the line")
-    if _SPLITLINES_CHARS.search(text.rstrip("\r")):
+    if _SPLITLINES_BYTES.search(body) and _SPLITLINES_CHARS.search(text.rstrip("\r")):
         warnings.add("line_separator_split")
     flags = _Flags()
     try:

@@ -30,7 +30,7 @@ import bisect
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -199,9 +199,13 @@ class Limits:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RunState:
-    """The state of a run after some prefix of its log. Never mutated; see :func:`apply_event`."""
+    """The state of a run after some prefix of its log. Never mutated; see :func:`apply_event`.
+
+    (No ``__slots__``: :func:`_evolve` copies the instance dict, which is several times faster
+    than :func:`dataclasses.replace` for this many fields.)
+    """
 
     # identity and position
     run_id: str | None = None
@@ -348,6 +352,15 @@ def _repeat(s: RunState, key: str, real: str | None, unknown: bool,
     changes["fingerprint_unknown"] = unknown
 
 
+def _evolve(state: RunState, changes: dict[str, Any]) -> RunState:
+    """A copy of ``state`` with ``changes`` applied (the frozen-dataclass ``replace``, fast)."""
+    new = object.__new__(RunState)
+    d = new.__dict__
+    d.update(state.__dict__)
+    d.update(changes)
+    return new
+
+
 def apply_event(state: RunState, event: ReducerEvent) -> Transition:
     """Apply one event; pure and state-atomic.
 
@@ -489,7 +502,7 @@ def apply_event(state: RunState, event: ReducerEvent) -> Transition:
         if reason == "repeated_action" and s.fingerprint_key is not None:
             # The tripping call is evaluated but never logged (§8.1): count it here.
             c["repeat_count"] = s.repeat_count + 1
-    return Transition(event, replace(s, **c), None)
+    return Transition(event, _evolve(s, c), None)
 
 
 def iter_transitions(events: Iterable[ReducerEvent],

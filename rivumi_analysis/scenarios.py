@@ -78,7 +78,8 @@ class Driver:
         clk = script.get("clock", {})
         start = parse_ts(clk["start"]) if "start" in clk else datetime(2026, 9, 1, tzinfo=UTC)
         self.clock = VirtualClock(start, seed=seed, mono_start=float(clk.get("mono", 0.0)))
-        self.ids = Ids(seed)
+        # Decorrelated from the script builder's own seeded ids (run ids, base_sha).
+        self.ids = Ids(seed ^ 0x5DEECE66D)
         self.hook = hook
         self.fsync = fsync
         self.manifest_every = manifest_every
@@ -98,11 +99,20 @@ class Driver:
 
     def run(self) -> str:
         """Execute every op; returns the run directory."""
-        try:
-            for op in self.script["ops"]:
-                self.apply(op)
-        except ScriptStop:
-            self.stopped = True
+        ops = list(self.script["ops"])
+        i = 0
+        while i < len(ops):
+            try:
+                self.apply(ops[i])
+                i += 1
+            except ScriptStop:
+                # The simulated process is dead; a later ``resume`` op is a new process.
+                self.stopped = True
+                nxt = [j for j in range(i + 1, len(ops)) if ops[j]["op"] == "resume"]
+                if not nxt:
+                    break
+                self.stopped = False
+                i = nxt[0]
         return self.run_dir
 
     def apply(self, op: Mapping[str, Any]) -> None:
@@ -325,6 +335,46 @@ class Driver:
             "retained_messages": len(w.m["messages"]), "source_end_index": end,
             "source_start_index": start})
 
+    def op_step(self, *, pins: Any) -> None:
+        """A bare ``model.requested`` (the call then fails: see ``model.failed``)."""
+        assert self.w is not None
+        self.w.model_request()
+        self.clock.advance(2.0)
+
+    def op_crash_in_approval(self, *, pins: Any, tool_call_id: str) -> None:
+        """The process dies while the approval prompt for a call is open."""
+        w = self.w
+        assert w is not None
+        call = self._call(tool_call_id)
+        effect = TOOL_EFFECTS[call["name"]]
+        w.repeat_guard(call)
+        w.tool_requested(call, effect)
+        req = w.approval_request(
+            action_id=call["tool_call_id"], effect=effect, reason="model_tool",
+            preview=json.dumps(call["arguments"], indent=2, ensure_ascii=False),
+            tool_call=call, command=None, request_id=None,
+            policy_reason=_policy_reason(effect, None))
+        w.pending_action_wait(req)
+        raise ScriptStop()
+
+    def op_review(self, *, pins: Any, usage: Mapping[str, Any], cost: Mapping | None,
+                  provider: str, model: str, changed_files: list[str], preview: str) -> None:
+        """The reviewer lane (``role_lane.*``); its usage goes to lane ``reviewer``."""
+        w = self.w
+        assert w is not None
+        w.emit("role_lane.requested", {"changed_files": list(changed_files), "model": model,
+                                       "provider": provider, "role": "reviewer"})
+        self.clock.advance(3.5)
+        full = {"cached_input_tokens": 0, "input_tokens": 0, "output_tokens": 0,
+                "provider_total_tokens": None, "reasoning_tokens": 0, **usage}
+        w.record_usage(full, lane="reviewer", provider=provider, model=model, cost=cost)
+        with open(w.path("review.md"), "w", encoding="utf-8", newline="") as fh:
+            fh.write(f"# Review\n\n{preview}\n")
+        from rivumi_analysis.writer import cost_out, usage_out
+        w.emit("role_lane.completed", {"cost": cost_out(cost), "model": model,
+                                       "preview": preview, "provider": provider,
+                                       "role": "reviewer", "usage": usage_out(full)})
+
     def op_event(self, *, pins: Any, event_type: str, data: Mapping[str, Any]) -> None:
         assert self.w is not None
         self.w.emit(event_type, dict(data))
@@ -398,7 +448,7 @@ class Driver:
                 sub.run()
             w.emit("subagents.wave_completed", {"ids": wave_ids})
         w.emit("subagents.dispatch_completed", {"count": len(children), "ids": ids})
-        w.tool_completed(call, ok=True, content=content)
+        w.tool_completed(call, ok=True, content=content, error=None)
         w.checkpoint("implementing", {"last_tool": call["name"]})
 
 
@@ -719,3 +769,687 @@ class Build:
         self.verify(True)
         self.finish("completed", "verified")
         self.close()
+
+
+# --------------------------------------------------------------------------- the catalog
+
+def sc_verified(seed: int, profile: str = "current") -> dict[str, Any]:
+    """Verified completion: explore, (failing test), edit, test, answer, final verification."""
+    b = Build("verified", seed, profile=profile)
+    b.verified_flow(retest=b.rng.random() < 0.8)
+    return b.script()
+
+
+def sc_verified_m4(seed: int) -> dict[str, Any]:
+    """The same flow as the older (M4) runner wrote it."""
+    return sc_verified(seed, "m4")
+
+
+def sc_no_changes(seed: int) -> dict[str, Any]:
+    """The model answers without editing: ``run.completed(no_changes)``, no verification."""
+    b = Build("no_changes", seed)
+    b.explore()
+    b.final("The behaviour described in the task is already correct; no change is needed.")
+    b.finish("completed", "no_changes")
+    b.close()
+    return b.script()
+
+
+def sc_repeated_action(seed: int) -> dict[str, Any]:
+    """Repeat guard trips on the third identical call in a row (``repeated_action``)."""
+    b = Build("repeated_action", seed)
+    b.explore()
+    args = {"query": b.task.old.strip()[:16], "path": "."}
+    for i in range(3):
+        [c] = b.model([("search_text", args)])
+        if i < 2:
+            b.tool(c, content=f"{b.task.path}:3:{b.task.old.strip()}")
+        else:
+            b.tool(c)  # trips: no events for this call
+    b.finish("failed", "repeated_action", error="Repeated identical tool call (3 times).")
+    b.close()
+    return b.script()
+
+
+def sc_repeat_near_miss(seed: int) -> dict[str, Any]:
+    """Two identical calls, a different one, two identical again: never trips the guard."""
+    b = Build("repeat_near_miss", seed)
+    for _ in range(2):
+        [c] = b.model([("read_file", {"path": b.task.path})])
+        b.tool(c, content=b.task.before)
+    [c] = b.model([("search_text", {"query": b.task.old.strip()[:12]})])
+    b.tool(c, content=f"{b.task.path}:3:{b.task.old.strip()}")
+    for _ in range(2):
+        [c] = b.model([("read_file", {"path": b.task.path})])
+        b.tool(c, content=b.task.before)
+    b.edit()
+    b.final()
+    b.verify(True)
+    b.finish("completed", "verified")
+    b.close()
+    return b.script()
+
+
+def sc_unknown_tool(seed: int) -> dict[str, Any]:
+    """Calls to tools missing from the effect table come back as "Unknown tool"."""
+    b = Build("unknown_tool", seed)
+    [c] = b.model([(b.rng.choice(["invoke_skill", "recall_memory", "save_memory"]),
+                    {"name": "python-debugging"})])
+    b.tool(c)
+    b.explore()
+    b.edit()
+    b.final()
+    b.verify(True)
+    b.finish("completed", "verified")
+    b.close()
+    return b.script()
+
+
+def sc_max_steps(seed: int) -> dict[str, Any]:
+    """Step budget exhausted (with a read-only stall nudge), wind-down summary, failed."""
+    steps = 5 + seed % 3
+    b = Build("max_steps", seed, max_steps=steps)
+    paths = list(b.task.files) * 3
+    for i in range(steps):
+        nudge = {"stall_nudge": steps - i - 1} if i == 3 else {}
+        [c] = b.model([("read_file", {"path": paths[i]})], **nudge)
+        b.tool(c, content=f"# contents of {paths[i]}\n")
+    u = b.usage(60, 250)
+    extra = {"cost": _cost(b.provider, b.model_id, u, b.prices)}
+    if seed % 4 == 3:
+        b.add("wind_down", usage=u, content=None)
+    else:
+        b.add("wind_down", usage=u, content="I inspected the repository but ran out of steps "
+              "before making the fix.", **extra)
+    b.finish("failed", "max_steps_exceeded", error=f"Step limit of {steps} reached.")
+    b.close()
+    return b.script()
+
+
+def sc_wall_time(seed: int) -> dict[str, Any]:
+    """Slow model calls run past ``limits.wall_time_seconds``."""
+    b = Build("wall_time", seed, wall=float(120 + 30 * (seed % 3)))
+    b.explore()
+    for _ in range(3):
+        [c] = b.model([("search_text", {"query": "def "})], latency=round(b.rng.uniform(35, 60), 6))
+        b.tool(c, content=f"{b.task.path}:1:def")
+    b.finish("failed", "wall_time_exceeded",
+             error="Model request exceeded the remaining wall-time budget.")
+    b.close()
+    return b.script()
+
+
+def sc_token_budget(seed: int) -> dict[str, Any]:
+    """Context pressure and compaction, then a primary call crosses ``max_total_tokens``."""
+    budget = 9000 + 1000 * (seed % 4)
+    b = Build("token_budget", seed, max_total_tokens=budget)
+    b.explore()
+    used = 0
+    while True:
+        probe = b.ctx + 200
+        if used + probe > budget * 0.6:
+            break
+        [c] = b.model([("read_file", {"path": b.rng.choice(b.task.files)})])
+        used = sum(o["usage"]["input_tokens"] + o["usage"]["output_tokens"]
+                   for o in b.ops if o["op"] == "model")
+        b.tool(c, content="x = 1\n" * b.rng.randint(200, 600))
+    b.add("compaction", max_total_tokens=budget)
+    b.ctx = max(700, b.ctx // 3)
+    b.edit()
+    b.ctx = budget  # the next call alone crosses the budget
+    b.model(content=None, budget_exceeded=True)
+    b.finish("failed", "token_budget_exceeded",
+             error=f"Token budget exceeded: {budget + 200} tokens > limit {budget}.")
+    return _fix_budget_error(b)
+
+
+def _fix_budget_error(b: Build) -> dict[str, Any]:
+    total = 0
+    for o in b.ops:
+        if o["op"] == "model":
+            u = o["usage"]
+            total += u["provider_total_tokens"] if u["provider_total_tokens"] is not None else (
+                u["input_tokens"] + u["output_tokens"])
+    budget = b.request["limits"]["max_total_tokens"]
+    b.ops[-1]["error"] = f"Token budget exceeded: {total} tokens > limit {budget}."
+    b.close()
+    return b.script()
+
+
+def sc_approval_denied(seed: int) -> dict[str, Any]:
+    """The user denies an edit; the model tries again and is allowed."""
+    b = Build("approval_denied", seed)
+    b.explore()
+    b.edit(decision="deny")
+    b.edit()
+    b.final()
+    b.verify(True)
+    b.finish("completed", "verified")
+    b.close()
+    return b.script()
+
+
+def sc_approval_cancelled(seed: int) -> dict[str, Any]:
+    """The user cancels at the approval prompt: ``run.cancelled(approval_cancelled)``."""
+    b = Build("approval_cancelled", seed)
+    b.explore()
+    b.edit(decision="cancel")
+    b.finish("cancelled", "approval_cancelled")
+    b.close()
+    return b.script()
+
+
+def sc_allow_session(seed: int) -> dict[str, Any]:
+    """``allow_session`` for execute, then reused for later commands and final verification."""
+    b = Build("allow_session", seed)
+    b.explore()
+    b.run_tests(False, decision="allow_session")
+    b.edit(decision="allow_session" if seed % 2 else None)
+    b.run_tests(True, decision="reuse")
+    b.final()
+    b.verify(True, decision=None)
+    b.finish("completed", "verified")
+    b.close()
+    return b.script()
+
+
+def sc_verification_denied(seed: int) -> dict[str, Any]:
+    """Final verification denied by the user, then the run is cancelled on the retry."""
+    b = Build("verification_denied", seed)
+    b.explore()
+    b.edit()
+    b.final()
+    b.verify(True, decision="deny")
+    b.final()
+    b.verify(True, decision="cancel")
+    return b.script()
+
+
+def sc_verification_failed(seed: int) -> dict[str, Any]:
+    """Final verification fails, feedback goes back to the model, the second pass succeeds."""
+    b = Build("verification_failed", seed)
+    b.explore()
+    b.edit()
+    b.final("Done, the fix is in place.")
+    b.verify(False)
+    [c] = b.model([("read_file", {"path": b.task.test_path})])
+    b.tool(c, content="def test_it():\n    ...\n")
+    [c] = b.model([("replace_text", {"path": b.task.path, "old_text": b.task.new,
+                                     "new_text": b.task.new + "  # fixed"})])
+    b.tool(c, content=f"replaced one exact text fragment in {b.task.path}")
+    b.final()
+    b.verify(True)
+    b.finish("completed", "verified")
+    b.close()
+    return b.script()
+
+
+def sc_read_batch(seed: int, name: str = "read_batch") -> dict[str, Any]:
+    """Read-only parallel batches (``tool.batch_started``/``batch_completed``)."""
+    b = Build(name, seed)
+    files = list(b.task.files)[: 2 + seed % 3]
+    ids = b.model([("read_file", {"path": p}) for p in files])
+    b.add("batch", calls=[{"tool_call_id": i, "content": f"# {p}\n",
+                           "duration": round(b.rng.uniform(0.001, 0.05), 6)}
+                          for i, p in zip(ids, files, strict=True)])
+    b.edit()
+    b.run_tests(True)
+    b.final()
+    b.verify(True)
+    b.finish("completed", "verified")
+    b.close()
+    return b.script()
+
+
+def sc_provider_retries(seed: int) -> dict[str, Any]:
+    """Retryable provider errors with backoff, a fallback to another model, then success."""
+    b = Build("provider_retries", seed, model=seed % 2)
+    b.explore()
+    retries = [{"attempt": i + 1, "delay_seconds": round(0.5 * 2 ** i, 3),
+                "error": b.rng.choice(["HTTP 429: rate limited", "HTTP 503: overloaded",
+                                       "connection reset by peer"])}
+               for i in range(1 + seed % 4)]
+    fb = None
+    if seed % 2 == 0:
+        to = MODELS[2]
+        fb = {"failure_codes": [429, 429, 503, 503, None], "from_model": b.model_id,
+              "from_provider": b.provider, "to_model": to[1], "to_provider": to[0]}
+    [c] = b.model([("replace_text", {"path": b.task.path, "old_text": b.task.old,
+                                     "new_text": b.task.new})], retries=retries,
+                  fallback=fb, **({"provider": fb["to_provider"], "model": fb["to_model"]}
+                                  if fb else {}))
+    b.tool(c, content=f"replaced one exact text fragment in {b.task.path}")
+    b.changed = True
+    b.final()
+    b.verify(True)
+    b.finish("completed", "verified")
+    b.close()
+    return b.script()
+
+
+def sc_provider_failed(seed: int) -> dict[str, Any]:
+    """Retries exhausted on a non-fallbackable error: ``model.failed`` then ``run.failed``."""
+    b = Build("provider_failed", seed)
+    b.explore()
+    b.add("event", event_type="model.requested", data={"step": 3})
+    kind = ["rate_limit", "auth", "quota_exhausted"][seed % 3]
+    b.add("event", event_type="model.failed", data={
+        "error": f"provider error ({kind})", "kind": kind, "provider": b.provider,
+        "retryable": kind == "rate_limit"})
+    b.finish("failed", f"provider_{kind}", error=f"provider error ({kind})")
+    b.close()
+    s = b.script()
+    # model.requested needs the step bump the writer does; use the model_request path instead.
+    for op in s["ops"]:
+        if op.get("event_type") == "model.requested":
+            op.clear()
+            op.update({"op": "step"})
+    return s
+
+
+def sc_resume(seed: int) -> dict[str, Any]:
+    """A crash (the process dies) then ``looplane resume``: downtime charged to the wall clock.
+
+    Even seeds die at an approval prompt (``approval.abandoned`` on resume); seeds ≡ 2 mod 4
+    use the m4 profile, whose clock keeps running during approval waits, so the whole outage
+    is charged.
+    """
+    b = Build("resume", seed, profile="m4" if seed % 4 == 2 else "current")
+    b.explore()
+    if seed % 2 == 0:
+        # Dies while the approval prompt is open: resume writes approval.abandoned.
+        [c] = b.model([("replace_text", {"path": b.task.path, "old_text": b.task.old,
+                                         "new_text": b.task.new})])
+        b.add("crash_in_approval", tool_call_id=c)
+    else:
+        b.add("crash")
+    b.add("resume", downtime=round(b.rng.uniform(30, 900), 6))
+    b.edit()
+    b.final()
+    b.verify(True)
+    b.finish("completed", "verified")
+    b.close()
+    return b.script()
+
+
+def sc_continuation(seed: int) -> dict[str, Any]:
+    """A finished run continued with a new instruction: ``session.continued``, 2nd terminal."""
+    b = Build("continuation", seed)
+    b.verified_flow()
+    b.add("continue", instruction="Also add a short docstring to the function you changed.",
+          idle=round(b.rng.uniform(60, 3600), 6))
+    [c] = b.model([("read_file", {"path": b.task.path})])
+    b.tool(c, content=b.task.before.replace(b.task.old, b.task.new))
+    b.final("Added the docstring; checks still pass.")
+    b.verify(True)
+    b.finish("completed", "verified")
+    b.close()
+    return b.script()
+
+
+def sc_lanes(seed: int) -> dict[str, Any]:
+    """Usage from several lanes with costs: primary, reviewer lane and a cache trace."""
+    b = Build("lanes", seed, model=1)
+    b.explore()
+    b.edit()
+    b.final()
+    b.verify(True)
+    ru = {"cached_input_tokens": 0, "input_tokens": b.rng.randint(1500, 4000),
+          "output_tokens": b.rng.randint(100, 500), "provider_total_tokens": None,
+          "reasoning_tokens": 0}
+    b.add("review", usage=ru, cost=_cost(REVIEWER[0], REVIEWER[1], ru, REVIEWER[2:]),
+          provider=REVIEWER[0], model=REVIEWER[1], changed_files=[b.task.path],
+          preview="Looks correct and minimal. No further issues found.")
+    b.finish("completed", "verified")
+    b.close()
+    return b.script()
+
+
+def sc_subagents(seed: int) -> dict[str, Any]:
+    """A ``dispatch_subagents`` call with nested child runs under ``subagents/<id>/``."""
+    b = Build("subagents", seed)
+    n = 1 + seed % 3
+    agent_ids = [f"{role}-{i + 1}" for i, role in
+                 enumerate(b.rng.sample(["explorer", "tester", "reviewer", "doc-reader"], n))]
+    args = {"agents": [{"id": a, "prompt": f"Investigate {b.task.path} ({a})."}
+                       for a in agent_ids]}
+    [c] = b.model([("dispatch_subagents", args)])
+    children = []
+    for i, aid in enumerate(agent_ids):
+        cb = Build(f"subagent-{aid}", seed, run_id=aid, task=TASKS.index(b.task),
+                   task_id=f"{b.request['task_id']}:subagent:{aid}", max_steps=3,
+                   start=b.start, model=MODELS.index(next(m for m in MODELS
+                                                          if m[1] == b.model_id)))
+        cb.base_sha = b.base_sha
+        cb.ops[0]["base_sha"] = b.base_sha
+        [cc] = cb.model([("read_file", {"path": b.task.path})])
+        cb.tool(cc, content=b.task.before)
+        cb.final(f"{aid}: the bug is in {b.task.path}; suggested change: use "
+                 f"{b.task.new.strip()!r}.")
+        cb.finish("completed", "no_changes")
+        cb.close()
+        children.append({"agent_id": aid, "wave": i // 2, "role": aid.split("-")[0],
+                         "script": cb.script()})
+    report = "[subagents-v1]\n" + "\n".join(
+        f"- {a}: status=completed terminal_reason=no_changes changed_files=[] "
+        f"events=subagents/{a}/events.jsonl" for a in agent_ids)
+    b.add("subagents", tool_call_id=c, children=children, content=report)
+    b.edit()
+    b.final()
+    b.verify(True)
+    b.finish("completed", "verified")
+    b.close()
+    return b.script()
+
+
+def sc_fork(seed: int) -> dict[str, Any]:
+    """``sessions --fork-from-event``: a fork run (one ``run.forked`` line) beside its source."""
+    src = sc_verified(seed + 100)
+    n_events = _count_events(src)
+    rng = random.Random(f"fork:{seed}")
+    return {"name": "fork", "kind": "fork", "seed": rng.getrandbits(32), "source": src,
+            "sequence": rng.randrange(1, n_events - 1),
+            "clock": {"start": fmt_ts(parse_ts(src["clock"]["start"]) + timedelta(
+                days=rng.randint(1, 20), microseconds=rng.randint(0, 999999)))}}
+
+
+def _count_events(script: Mapping[str, Any]) -> int:
+    with __import__("tempfile").TemporaryDirectory() as tmp:
+        rd = run_script(script, tmp)
+        with open(os.path.join(rd, "events.jsonl"), "rb") as fh:
+            return sum(1 for _ in fh)
+
+
+def sc_external(seed: int) -> dict[str, Any]:
+    """An external (Codex CLI / Claude Code) run: no session.json, default JSON separators."""
+    rng = random.Random(f"external:{seed}")
+    ids = Ids(rng.getrandbits(48))
+    task = TASKS[seed % len(TASKS)]
+    backend = ["codex", "claude-code"][seed % 2]
+    outcome = [("completed", "completed", "verified", 0),
+               ("failed", "failed", "verification_failed", 1),
+               ("failed", "timed_out", "timeout", None),
+               ("completed", "completed", "no_changes", 0)][seed % 4]
+    run_id = ids.hex32()
+    base_sha = (ids.hex32() + ids.hex32())[:40]
+    req = {"allowed_paths": ["**"], "base_sha": base_sha, "enabled_skills": [],
+           "instruction": task.instruction,
+           "limits": {"max_patch_bytes": 100000, "max_steps": 12,
+                      "max_tool_output_bytes": 200000, "max_total_tokens": None,
+                      "wall_time_seconds": 900.0},
+           "repository": f"/home/dev/src/{task.repo}", "task_id": ids.hex32(),
+           "verification": [{"argv": ["pytest", "-q"], "name": "check-1",
+                             "timeout_seconds": 300.0}]}
+    events = [{"event_type": "system", "text": f"{backend} session started",
+               "data": {"model": "gpt-5-codex" if backend == "codex" else "claude-sonnet-4-5"}},
+              {"event_type": "message", "text": f"I'll look at {task.path} first.", "data": {}}]
+    for f in task.files[: 2 + seed % 3]:
+        events.append({"event_type": "activity", "text": f"read {f}",
+                       "data": {"kind": "file_read", "path": f}})
+    changed = outcome[2] != "no_changes"
+    if changed:
+        events.append({"event_type": "activity", "text": f"edited {task.path}",
+                       "data": {"kind": "file_change", "path": task.path}})
+    events.append({"event_type": "result", "text": "Finished: " + outcome[2],
+                   "data": {"exit_code": outcome[3]}})
+    ok = outcome[2] == "verified"
+    ver = [{"argv": ["pytest", "-q"], "duration_seconds": round(rng.uniform(0.2, 2.0), 16),
+            "exit_code": 0 if ok else 1, "name": "check-1", "ok": ok,
+            "output": _check_output("check-1", ok, 0 if ok else 1, task)}] if changed else []
+    patch = (f"diff --git a/{task.path} b/{task.path}\n-{task.old.splitlines()[0]}\n"
+             f"+{task.new.splitlines()[0]}\n") if changed else ""
+    return {"name": "external", "kind": "external", "run_id": run_id, "external": {
+        "request": req, "backend": backend, "events": events, "status": outcome[0],
+        "backend_status": outcome[1], "terminal_reason": outcome[2],
+        "summary": f"{backend} finished with {outcome[2]}", "exit_code": outcome[3],
+        "changed_files": [task.path] if changed else [], "patch": patch, "verification": ver}}
+
+
+def sc_unicode(seed: int) -> dict[str, Any]:
+    """Raw UTF-8 and a U+2028 inside a model reply (legal JSON; breaks resume's splitlines)."""
+    b = Build("unicode", seed)
+    b.explore()
+    b.edit()
+    b.final("Corrigé : la fonction renvoie maintenant la somme. \u2028Tests réussis ✅")
+    b.verify(True)
+    b.finish("completed", "verified")
+    b.close()
+    return b.script()
+
+
+def _faulty(name: str, seed: int, **faults: Any) -> dict[str, Any]:
+    b = Build(name, seed)
+    b.faults = faults
+    b.verified_flow()
+    return b.script()
+
+
+def sc_crlf(seed: int) -> dict[str, Any]:
+    """Fault injection: every line ends with CR LF."""
+    return _faulty("crlf", seed, crlf=True)
+
+
+def sc_bom(seed: int) -> dict[str, Any]:
+    """Fault injection: a UTF-8 BOM before the first line."""
+    return _faulty("bom", seed, bom=True)
+
+
+def sc_no_final_newline(seed: int) -> dict[str, Any]:
+    """Fault injection: the file lacks its final newline."""
+    return _faulty("no_final_newline", seed, no_final_newline=True)
+
+
+def sc_duplicate_sequence(seed: int) -> dict[str, Any]:
+    """Fault injection: the §2.4 emit race inside a parallel batch duplicates a sequence."""
+    s = sc_read_batch(seed, "duplicate_sequence")
+    n = next(i for i, _ in enumerate(_event_types(s)) if _ == "tool.started")
+    s["faults"] = {"duplicate_at": n}
+    return s
+
+
+def _event_types(script: Mapping[str, Any]) -> list[str]:
+    with __import__("tempfile").TemporaryDirectory() as tmp:
+        rd = run_script(script, tmp)
+        with open(os.path.join(rd, "events.jsonl"), "rb") as fh:
+            return [json.loads(ln)["event_type"] for ln in fh]
+
+
+CATALOG: Mapping[str, Callable[[int], dict[str, Any]]] = {
+    "verified": sc_verified, "verified_m4": sc_verified_m4, "no_changes": sc_no_changes,
+    "repeated_action": sc_repeated_action, "repeat_near_miss": sc_repeat_near_miss,
+    "unknown_tool": sc_unknown_tool, "max_steps": sc_max_steps, "wall_time": sc_wall_time,
+    "token_budget": sc_token_budget, "approval_denied": sc_approval_denied,
+    "approval_cancelled": sc_approval_cancelled, "allow_session": sc_allow_session,
+    "verification_denied": sc_verification_denied,
+    "verification_failed": sc_verification_failed, "read_batch": sc_read_batch,
+    "provider_retries": sc_provider_retries, "provider_failed": sc_provider_failed,
+    "resume": sc_resume, "continuation": sc_continuation, "lanes": sc_lanes,
+    "subagents": sc_subagents, "fork": sc_fork, "external": sc_external,
+    "unicode": sc_unicode, "crlf": sc_crlf, "bom": sc_bom,
+    "no_final_newline": sc_no_final_newline, "duplicate_sequence": sc_duplicate_sequence,
+}
+"""Scenario name → ``script(seed)``. ``example_m4`` is available through :func:`get_script`."""
+
+
+def get_script(name: str, seed: int = 0) -> dict[str, Any]:
+    """The script of a catalog scenario (``example_m4`` is the spec's example run)."""
+    if name == "example_m4":
+        return example_script()
+    return CATALOG[name](seed)
+
+
+# --------------------------------------------------------------------------- sample_runs/
+
+GROUPS: Mapping[str, str] = {
+    "example": "The spec's example run re-created by the m4 profile from data/example_m4.json "
+               "(events.jsonl, session.json, result.json and changes.patch are byte-identical).",
+    "completed": "Finished runs (verdict `terminal`): verified completions (current and m4 "
+                 "profiles), `no_changes`, repeat-guard near misses, unknown-tool calls, denied "
+                 "approvals, `allow_session` reuse, failed-then-passed final verification, "
+                 "read-only parallel batches, provider retries and fallback, reviewer lane.",
+    "failed": "Runs that ended `run.failed` (verdict `terminal`): `repeated_action`, "
+              "`max_steps_exceeded` with wind-down, `wall_time_exceeded`, "
+              "`token_budget_exceeded` after compaction, provider failures.",
+    "cancelled": "Runs that ended `run.cancelled`: approval cancelled, final-verification "
+                 "approval denied then cancelled.",
+    "resumed": "Crash then `resume` (`session.resumed`, `approval.abandoned`, downtime charged) "
+               "and conversation continuation (`session.continued`, two terminal events).",
+    "subagents": "Parents that dispatched subagents; child runs nested in "
+                 "`<parent>/subagents/<id>/` (kind `subagent`).",
+    "forks": "Fork runs (`fork-<hex>`, one declaration-order `run.forked` line; verdict "
+             "`not_resumable`) beside the source runs they were forked from.",
+    "external": "External (Codex / Claude Code) runs: no session.json, default JSON separators, "
+                "backend-result.json (verdict `not_resumable`).",
+    "crashes": "Writers SIGKILLed at exact cut points (real kills, see _crash.py): `corrupt`, "
+               "`resync`, `resumable`, `side_effect_uncertain`, `terminal` + manifest_ahead, "
+               "atomic-write leftovers.",
+    "bad_input": "Fault injection in the writer: CRLF line ends, no final newline, UTF-8 BOM, "
+                 "U+2028 inside a string, a torn tail from a kill between two half-line "
+                 "writes, a duplicate sequence from the §2.4 emit race.",
+}
+
+# (group, scenario, seeds)
+SAMPLE_PLAN: tuple[tuple[str, str, tuple[int, ...]], ...] = (
+    ("completed", "verified", (1, 2, 3, 4, 5, 6)),
+    ("completed", "verified_m4", (1, 2, 3)),
+    ("completed", "no_changes", (1, 2)),
+    ("completed", "repeat_near_miss", (1, 2)),
+    ("completed", "unknown_tool", (1, 2)),
+    ("completed", "approval_denied", (1, 2)),
+    ("completed", "allow_session", (1, 2)),
+    ("completed", "verification_failed", (1, 2)),
+    ("completed", "read_batch", (1, 2, 3)),
+    ("completed", "provider_retries", (1, 2, 3)),
+    ("completed", "lanes", (1, 2)),
+    ("failed", "repeated_action", (1, 2)),
+    ("failed", "max_steps", (1, 2, 3, 4)),
+    ("failed", "wall_time", (1, 2, 3)),
+    ("failed", "token_budget", (1, 2, 3)),
+    ("failed", "provider_failed", (1, 2, 3)),
+    ("cancelled", "approval_cancelled", (1, 2)),
+    ("cancelled", "verification_denied", (1, 2)),
+    ("resumed", "resume", (1, 2, 3, 4)),
+    ("resumed", "continuation", (1, 2, 3)),
+    ("subagents", "subagents", (1, 2, 3)),
+    ("forks", "fork", (1, 2, 3)),
+    ("external", "external", (1, 2, 3, 4)),
+    ("bad_input", "crlf", (1,)),
+    ("bad_input", "no_final_newline", (1,)),
+    ("bad_input", "bom", (1,)),
+    ("bad_input", "unicode", (1,)),
+    ("bad_input", "duplicate_sequence", (1,)),
+)
+
+# (group, scenario, seed, cut, expected verdict, what it shows)
+CRASH_PLAN: tuple[tuple[str, str, int, str, str, str], ...] = (
+    ("crashes", "verified", 10, "manifest_saved@0", "corrupt",
+     "after the manifest save for run.created: no events.jsonl yet"),
+    ("crashes", "verified", 11, "manifest_saved@model.requested#3", "resync",
+     "after a manifest save, before the append of event k >= 1"),
+    ("crashes", "verified_m4", 12, "appended@model.completed#2", "resumable",
+     "after the append of an ordinary event (m4 profile)"),
+    ("crashes", "allow_session", 13, "appended@tool.started#3", "side_effect_uncertain",
+     "after the append of tool.started"),
+    ("crashes", "verified", 14, "appended@verification.started", "side_effect_uncertain",
+     "after the append of verification.started"),
+    ("crashes", "verified", 15, "manifest_saved@tool.completed#2", "resync",
+     "manifest saved for the tool.completed after tool.started (completion_unlogged)"),
+    ("crashes", "approval_denied", 16, "waiting_approval@approval.requested#3", "resumable",
+     "while waiting for an approval (phase waiting_approval)"),
+    ("crashes", "verified_m4", 20, "waiting_approval@approval.requested#4", "resumable",
+     "while waiting for an approval (m4 profile: clock still running)"),
+    ("crashes", "verified", 17, "manifest_saved@run.completed", "terminal",
+     "after the manifest save for run.completed, before its append (manifest_ahead)"),
+    ("crashes", "verified", 18, "temp_written:session.json@model.requested#2", "resumable",
+     "inside an atomic manifest write: temp file left (atomic_write_leftover)"),
+    ("crashes", "continuation", 21, "appended@session.continued", "resumable",
+     "a continuation turn killed right after session.continued"),
+    ("crashes", "verified_m4", 23, "manifest_saved@verification.completed", "resync",
+     "m4 run killed after the manifest save for verification.completed (completion_unlogged)"),
+    ("crashes", "token_budget", 22, "appended@context_pressure.summary_fallback_applied",
+     "resumable", "killed right after history compaction"),
+    ("bad_input", "verified", 19, "torn@6", "corrupt",
+     "fault injection: a line written in two halves, killed between them (torn_tail)"),
+)
+
+
+def generate_sample_runs(out: str) -> list[dict[str, Any]]:
+    """Wipe ``out`` and write every sample run (plus README.md). Returns the index rows."""
+    from rivumi_analysis._crash import cut_run
+
+    out = os.path.abspath(out)
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    rows: list[dict[str, Any]] = []
+    ex = os.path.join(out, "example")
+    os.makedirs(ex)
+    rd = run_script(example_script(), ex)
+    rows.append({"group": "example", "run": os.path.relpath(rd, out), "scenario": "example_m4",
+                 "seed": 0, "shows": "the spec's example run, re-created"})
+    for group, name, seeds in SAMPLE_PLAN:
+        gdir = os.path.join(out, group)
+        os.makedirs(gdir, exist_ok=True)
+        for seed in seeds:
+            script = CATALOG[name](seed)
+            rd = run_script(script, gdir)
+            doc = (CATALOG[name].__doc__ or "").strip().splitlines()[0]
+            rows.append({"group": group, "run": os.path.relpath(rd, out), "scenario": name,
+                         "seed": seed, "shows": doc})
+    for group, name, seed, cut, verdict, shows in CRASH_PLAN:
+        gdir = os.path.join(out, group)
+        os.makedirs(gdir, exist_ok=True)
+        res = cut_run(name, seed, cut, gdir, timeout=60.0)
+        rows.append({"group": group, "run": os.path.relpath(res.run_dir, out), "scenario": name,
+                     "seed": seed, "shows": f"killed at `{cut}`: {shows} (expected `{verdict}`)"})
+    _write_readme(out, rows)
+    return rows
+
+
+def _write_readme(out: str, rows: list[dict[str, Any]]) -> None:
+    lines = [
+        "# sample_runs", "",
+        "Realistic Rivumi/Looplane run directories written by `rivumi_analysis.writer` "
+        "(generated; do not edit by hand). Regenerate byte-identically with:", "",
+        "```", "python -m rivumi_analysis.scenarios --out sample_runs", "```", "",
+        "The command wipes and rewrites only this folder. `tests/test_sample_runs.py` "
+        "regenerates into a temporary folder and compares every byte. Crash runs come from "
+        "real SIGKILLs of a child writer at a named cut point; the virtual clock, temp-file "
+        "names and the pid in `.writer.lock` are seeded or fixed, so they are reproducible too.",
+        "", "## Groups", ""]
+    for g, text in GROUPS.items():
+        n = sum(1 for r in rows if r["group"] == g)
+        lines.append(f"- **{g}/** ({n} runs): {text}")
+    lines += ["", "## Runs", "", "| run | scenario | seed | shows |", "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| `{r['run']}` | {r['scenario']} | {r['seed']} | {r['shows']} |")
+    with open(os.path.join(out, "README.md"), "w", encoding="utf-8", newline="\n") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rivumi_analysis.scenarios --out sample_runs`` (or ``--list``)."""
+    ap = argparse.ArgumentParser(prog="python -m rivumi_analysis.scenarios",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="folder to wipe and regenerate (e.g. sample_runs)")
+    ap.add_argument("--list", action="store_true", help="list the scenario catalog")
+    ap.add_argument("--scenario", help="write one scenario (with --seed) into --out")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.list:
+        for name, fn in CATALOG.items():
+            print(f"{name:22s} {(fn.__doc__ or '').strip().splitlines()[0]}")
+        return 0
+    if not args.out:
+        ap.error("--out is required")
+    if args.scenario:
+        os.makedirs(args.out, exist_ok=True)
+        print(run_script(get_script(args.scenario, args.seed), args.out))
+        return 0
+    rows = generate_sample_runs(args.out)
+    print(f"wrote {len(rows)} runs to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

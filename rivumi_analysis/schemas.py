@@ -318,3 +318,46 @@ class StatesSchema(_Base):
         """(run_dir, line_no) identifies a row."""
         return data.lazyframe.select(
             ~pl.struct("run_dir", "line_no").is_duplicated().alias("key_unique"))
+
+
+class DriftSchema(_Base):
+    """``drift_df``: replayed final state vs ``session.json``, one row per (run, field)."""
+
+    run_dir: pl.Utf8
+    run_id: pl.Utf8 = pa.Field(nullable=True)
+    kind: pl.Utf8 = pa.Field(isin=_KINDS)
+    field: pl.Utf8
+    replayed: pl.Utf8
+    manifest: pl.Utf8
+    matches: pl.Boolean
+    explanation: pl.Utf8 = pa.Field(nullable=True)
+    unexplained: pl.Boolean
+
+    @pa.dataframe_check
+    def unexplained_means_no_rule(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        """``unexplained`` iff the values differ and no rule explains it."""
+        return data.lazyframe.select(
+            (pl.col("unexplained") == (~pl.col("matches") & pl.col("explanation").is_null()))
+            .alias("unexplained_means_no_rule"))
+
+
+class ForksSchema(_Base):
+    """``forks_df``: fork links and candidate fork points (``row_kind`` tells them apart)."""
+
+    row_kind: pl.Utf8 = pa.Field(isin=["fork_link", "candidate"])
+    run_dir: pl.Utf8
+    run_id: pl.Utf8 = pa.Field(nullable=True)
+    kind: pl.Utf8 = pa.Field(isin=_KINDS)
+    sequence: pl.Int64 = pa.Field(nullable=True, ge=0)
+    line_no: pl.Int64 = pa.Field(nullable=True, ge=1)
+    event_type: pl.Utf8 = pa.Field(nullable=True)
+    fork_accepted: pl.Boolean = pa.Field(nullable=True)
+    last_safe_before: pl.Utf8 = pa.Field(nullable=True)
+    failure_sequence: pl.Int64 = pa.Field(nullable=True)
+    source_run_id: pl.Utf8 = pa.Field(nullable=True)
+    source_run_dir: pl.Utf8 = pa.Field(nullable=True)
+    fork_point_sequence: pl.Int64 = pa.Field(nullable=True)
+    fork_point_event_type: pl.Utf8 = pa.Field(nullable=True)
+    events_included: pl.Int64 = pa.Field(nullable=True)
+    source_found: pl.Boolean = pa.Field(nullable=True)
+    fork_point_matches: pl.Boolean = pa.Field(nullable=True)

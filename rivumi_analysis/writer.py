@@ -688,6 +688,17 @@ class RunWriter:
         self.emit("approval.resolved", data)
         return decision
 
+    def pending_action_wait(self, req: dict[str, Any]) -> None:
+        """Open an approval prompt and stop there (a process killed while waiting)."""
+        self.m["pending_action"] = req
+        self.m["phase"] = "waiting_approval"
+        self.clock.tick()
+        if self.profile.pause_on_approval:
+            self.pause_clock()
+        self.save_manifest()
+        self.emit("approval.requested", self._approval_data(req, preview=True))
+        self.hook("waiting_approval", self.seq - 1, "approval.requested")
+
     # ----------------------------------------------------------------- tools
     def observation(self, call: Mapping[str, Any], ok: bool, content: str,
                     error: str | None) -> dict[str, Any]:

@@ -1,0 +1,362 @@
+"""Fleet-scale benchmark: the runner's own validation vs the toolkit vs the I/O floors.
+
+One command (see benchmarks/README.md)::
+
+    .venv/bin/python benchmarks/bench.py --sizes 2000 --reps 3
+
+For every corpus it measures, each in a fresh child process (so peak RSS is per measurement,
+summed over the child's whole process tree, workers included):
+
+(a) ``baseline``   the runner's validation per run (§6 steps 3-5, read as §12 says): pydantic
+                   v2 models written here from the spec, lax mode, garbage collector on;
+(b) ``wc_l`` / ``read_all``   ``wc -l`` over every file / reading every byte in Python;
+(c) ``cli_cold_cache`` / ``cli_no_cache``   ``rivumi-analysis audit --format json`` end to end
+                   (empty cache dir / ``--no-cache``);
+(d) ``api_cold`` / ``api_warm``   ``audit()`` in-process with an empty / a filled cache;
+(e) ``events_df``; (f) ``states_df``;
+(g) ``stat_floor``  ``lstat`` of every file plus a listing of every run folder.
+
+On the single large log only ``events_df`` and ``states_df`` are measured. Timed figures are
+medians over ``--reps`` repetitions with the spread (min-max). Nothing here is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+FIXTURE = ROOT / "tests" / "fixtures" / "example" / "a66038f97f204cb3aaa96339f195c37e"
+
+
+# --- corpora -----------------------------------------------------------------------------------
+
+def _have_generator() -> bool:
+    return (ROOT / "rivumi_analysis" / "corpus.py").exists()
+
+
+def make_corpus(out: Path, runs: int, target_mb: int, single_log_mb: int | None = None) -> Path:
+    """Generate (or reuse) a corpus with the sample-runs generator (fallback: fixture copies)."""
+    stamp = out / ".bench-corpus.json"
+    want = {"runs": runs, "target_mb": target_mb, "single_log_mb": single_log_mb,
+            "generator": _have_generator()}
+    if stamp.exists() and json.loads(stamp.read_text()) == want:
+        return out
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    if _have_generator():
+        cmd = [PY, "-m", "rivumi_analysis.corpus", "--out", str(out)]
+        cmd += (["--single-log-mb", str(single_log_mb)] if single_log_mb
+                else ["--runs", str(runs), "--target-mb", str(target_mb)])
+        subprocess.run(cmd, check=True, cwd=ROOT)
+    else:  # quick stand-in until the generator lands: the example run, renamed
+        _copy_fixture(out, runs if not single_log_mb else 1, single_log_mb)
+    stamp.write_text(json.dumps(want))
+    return out
+
+
+def _copy_fixture(out: Path, runs: int, single_log_mb: int | None) -> None:
+    src = {p.name: p.read_bytes() for p in FIXTURE.iterdir() if p.is_file()}
+    old = FIXTURE.name.encode()
+    for i in range(runs):
+        rid = uuid.UUID(int=i + 1).hex
+        d = out / rid
+        d.mkdir()
+        for name, data in src.items():
+            (d / name).write_bytes(data.replace(old, rid.encode()))
+    if single_log_mb:  # one long log: repeat the events with renumbered sequences
+        d = out / uuid.UUID(int=1).hex
+        lines = (d / "events.jsonl").read_bytes().splitlines()
+        objs = [json.loads(ln) for ln in lines]
+        with open(d / "events.jsonl", "wb") as fh:
+            seq, size = 0, 0
+            while size < single_log_mb * 1024 * 1024:
+                for o in objs:
+                    o = dict(o, sequence=seq)
+                    b = json.dumps(o, ensure_ascii=False).encode() + b"\n"
+                    fh.write(b)
+                    size += len(b)
+                    seq += 1
+        man = json.loads((d / "session.json").read_text())
+        man["last_event_sequence"] = seq - 1
+        (d / "session.json").write_text(json.dumps(man))
+
+
+def corpus_stats(root: Path) -> dict[str, Any]:
+    files = nbytes = 0
+    for dp, _dn, fn in os.walk(root):
+        for f in fn:
+            if f.startswith(".bench"):
+                continue
+            files += 1
+            nbytes += os.lstat(os.path.join(dp, f)).st_size
+    return {"files": files, "bytes": nbytes}
+
+
+# --- measurements (each runs in a child: `bench.py _measure NAME CORPUS [CACHE]`) ---------------
+
+def _run_dirs(root: str) -> list[str]:
+    from rivumi_analysis._discovery import discover
+
+    return [loc.run_dir for loc in discover(root).runs]
+
+
+def m_baseline(root: str, cache: str | None) -> dict[str, Any]:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from baseline_models import validate_run
+
+    dirs = _run_dirs(root)
+    gc.enable()
+    t = time.perf_counter()
+    ok = sum(validate_run(d) for d in dirs)
+    return {"seconds": time.perf_counter() - t, "resumable": ok, "runs": len(dirs)}
+
+
+def m_read_all(root: str, cache: str | None) -> dict[str, Any]:
+    t = time.perf_counter()
+    n = 0
+    for dp, _dn, fn in os.walk(root):
+        for f in fn:
+            with open(os.path.join(dp, f), "rb") as fh:
+                n += len(fh.read())
+    return {"seconds": time.perf_counter() - t, "bytes": n}
+
+
+def m_stat_floor(root: str, cache: str | None) -> dict[str, Any]:
+    dirs = _run_dirs(root)
+    t = time.perf_counter()
+    n = 0
+    for d in dirs:
+        for name in os.listdir(d):
+            os.lstat(os.path.join(d, name))
+            n += 1
+    return {"seconds": time.perf_counter() - t, "entries": n}
+
+
+def m_api(root: str, cache: str | None) -> dict[str, Any]:
+    from rivumi_analysis.audit import audit
+
+    t = time.perf_counter()
+    res = audit(root, cache_dir=cache, use_cache=cache is not None)
+    return {"seconds": time.perf_counter() - t, "runs": len(res.runs)}
+
+
+def m_api_warm(root: str, cache: str | None) -> dict[str, Any]:
+    from rivumi_analysis.audit import audit
+
+    audit(root, cache_dir=cache)  # fill (no-op when already filled)
+    t = time.perf_counter()
+    res = audit(root, cache_dir=cache)
+    return {"seconds": time.perf_counter() - t, "runs": len(res.runs)}
+
+
+def m_events_df(root: str, cache: str | None) -> dict[str, Any]:
+    from rivumi_analysis.events import events_df
+
+    t = time.perf_counter()
+    df = events_df(root)
+    return {"seconds": time.perf_counter() - t, "rows": df.height}
+
+
+def m_states_df(root: str, cache: str | None) -> dict[str, Any]:
+    from rivumi_analysis.states import states_df
+
+    t = time.perf_counter()
+    df = states_df(root)
+    return {"seconds": time.perf_counter() - t, "rows": df.height}
+
+
+MEASURES = {"baseline": m_baseline, "read_all": m_read_all, "stat_floor": m_stat_floor,
+            "api_cold": m_api, "api_no_cache": m_api, "api_warm": m_api_warm,
+            "events_df": m_events_df, "states_df": m_states_df}
+
+
+def _tree_rss(proc: Any) -> int:
+    import psutil
+
+    total = 0
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_child(cmd: list[str]) -> tuple[float, int, str]:
+    """Run ``cmd``; return (wall seconds, peak RSS summed over its process tree, stdout)."""
+    import psutil
+
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    pp = psutil.Process(p.pid)
+    peak = 0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, _tree_rss(pp))
+            stop.wait(0.005)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    out, err = p.communicate()
+    wall = time.perf_counter() - t
+    stop.set()
+    th.join()
+    if p.returncode not in (0, 1, 3):
+        raise RuntimeError(f"{cmd} failed ({p.returncode}): {err.decode()[-2000:]}")
+    return wall, peak, out.decode()
+
+
+def measure(name: str, root: Path, reps: int) -> dict[str, Any]:
+    walls, peaks, inner = [], [], []
+    for _ in range(reps):
+        cache = tempfile.mkdtemp(prefix="rivumi-bench-cache-")
+        try:
+            if name == "wc_l":
+                files = [os.path.join(dp, f) for dp, _d, fn in os.walk(root) for f in fn]
+                cmd = ["sh", "-c", 'cat "$0" | xargs -0 wc -l > /dev/null',
+                       _nul_list(files)]
+            elif name in ("cli_cold_cache", "cli_no_cache"):
+                cmd = [PY, "-m", "rivumi_analysis.cli", "audit", "--format", "json", str(root)]
+                cmd += ["--cache-dir", cache] if name == "cli_cold_cache" else ["--no-cache"]
+            else:
+                arg = cache if name in ("api_cold", "api_warm") else ""
+                cmd = [PY, __file__, "_measure", name, str(root), arg]
+            wall, peak, out = run_child(cmd)
+            walls.append(wall)
+            peaks.append(peak)
+            if out.startswith("{") and name not in ("cli_cold_cache", "cli_no_cache"):
+                inner.append(json.loads(out))
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+    secs = [i["seconds"] for i in inner] if inner else walls
+    res = {"median_s": statistics.median(secs), "min_s": min(secs), "max_s": max(secs),
+           "peak_rss_mb": max(peaks) / 2**20, "wall_incl_startup_s": statistics.median(walls)}
+    if inner:
+        res.update({k: v for k, v in inner[-1].items() if k != "seconds"})
+    return res
+
+
+def _nul_list(files: list[str]) -> str:
+    fd, path = tempfile.mkstemp(prefix="rivumi-bench-files-")
+    with os.fdopen(fd, "w") as fh:
+        fh.write("\0".join(files))
+    return path
+
+
+FLEET_MEASURES = ("wc_l", "read_all", "stat_floor", "baseline", "cli_no_cache",
+                  "cli_cold_cache", "api_no_cache", "api_cold", "api_warm", "events_df",
+                  "states_df")
+
+
+def bench_corpus(label: str, root: Path, reps: int, names: tuple[str, ...]) -> dict[str, Any]:
+    stats = corpus_stats(root)
+    print(f"\n== {label}: {root} ({stats['files']} files, {stats['bytes'] / 1e6:.1f} MB)",
+          flush=True)
+    out: dict[str, Any] = {"corpus": str(root), **stats, "results": {}}
+    for name in names:
+        r = measure(name, root, reps)
+        out["results"][name] = r
+        extra = {k: v for k, v in r.items() if k not in (
+            "median_s", "min_s", "max_s", "peak_rss_mb", "wall_incl_startup_s")}
+        print(f"  {name:15s} {r['median_s']:8.3f} s  [{r['min_s']:.3f}-{r['max_s']:.3f}]"
+              f"  wall {r['wall_incl_startup_s']:7.3f} s  peak RSS {r['peak_rss_mb']:7.1f} MB"
+              f"  {extra if extra else ''}", flush=True)
+    _ratios(out)
+    return out
+
+
+def _ratios(out: dict[str, Any]) -> None:
+    r = out["results"]
+
+    def get(name: str, key: str = "median_s") -> float | None:
+        return r[name][key] if name in r else None
+
+    lines = []
+    base, cli, wc = get("baseline"), get("cli_no_cache", "wall_incl_startup_s"), get("wc_l")
+    if base and cli:
+        lines.append(f"baseline / cli audit (--no-cache)  = {base / cli:6.2f}x  (goal >= 10x)")
+    if cli and wc:
+        lines.append(f"cli audit (--no-cache) / wc -l    = {cli / wc:6.2f}x  (goal <= 5x)")
+    cold, warm, sf = get("api_cold"), get("api_warm"), get("stat_floor")
+    if cold and warm:
+        lines.append(f"api cold / api warm               = {cold / warm:6.2f}x")
+    if warm and sf:
+        lines.append(f"api warm / stat floor             = {warm / sf:6.2f}x  (goal <= 2x)")
+    st = r.get("states_df")
+    if st and st.get("rows"):
+        lines.append(f"states_df events/s                = {st['rows'] / st['median_s']:,.0f}"
+                     "  (goal >= 1,000,000)")
+    ev = r.get("events_df")
+    if ev:
+        lines.append(f"events_df peak RSS / corpus bytes = "
+                     f"{ev['peak_rss_mb'] * 2**20 / out['bytes']:6.2f}x  (goal <= 1.5x)")
+    out["ratios"] = lines
+    for ln in lines:
+        print("  " + ln)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_measure":
+        name, root, cache = argv[1], argv[2], (argv[3] if len(argv) > 3 else "") or None
+        if name == "api_no_cache":
+            cache = None
+        print(json.dumps(MEASURES[name](root, cache)))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="2000",
+                    help="comma list of run counts: 2000 (~200 MB), 10000 (~1 GB), single")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "rivumi-bench"),
+                    help="where corpora are generated and reused")
+    ap.add_argument("--only", default="", help="comma list of measurements (default all)")
+    ap.add_argument("--json", default="", help="also write the results here")
+    args = ap.parse_args(argv)
+    import platform
+
+    import psutil
+
+    print(f"machine: {platform.platform()}, {psutil.cpu_count()} cores, "
+          f"{psutil.virtual_memory().total / 2**30:.1f} GiB RAM, Python {platform.python_version()}")
+    print(f"corpus generator: {'rivumi_analysis.corpus' if _have_generator() else 'fixture copies'}")
+    only = tuple(x for x in args.only.split(",") if x)
+    results = {}
+    for size in [s.strip() for s in args.sizes.split(",") if s.strip()]:
+        work = Path(args.work)
+        if size == "single":
+            root = make_corpus(work / "single-200mb", 1, 0, single_log_mb=200)
+            names = only or ("events_df", "states_df")
+        else:
+            n = int(size)
+            root = make_corpus(work / f"runs-{n}", n, n // 10)
+            names = only or FLEET_MEASURES
+        results[size] = bench_corpus(size, root, args.reps, names)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1137 @@
+"""Altair chart builders over the toolkit's polars tables (no I/O, no display side effects).
+
+Every builder takes the frames returned by the ``*_df`` loaders (``runs_df``,
+``model_calls_df``, ``tool_calls_df``, ``approvals_df``, ``verifications_df``, ``events_df``,
+``states_df``, ``forks_df``) and returns an ``alt.Chart`` or a compound chart. Optional frames
+may be ``None``; the builder then falls back to what the other frames can tell.
+
+Size discipline (1,000+ runs): all joins, aggregation and sampling happen in polars, and only
+the rows a chart draws are handed to altair, inlined as ``values``. Per-run charts draw at most
+``max_runs`` runs (defaults in :data:`CAPS`), picked by :func:`pick_runs`: the most
+*interesting* runs first (non-``terminal`` verdicts, failures, budget trips, near misses), then
+the largest. Fleet-wide distributions are aggregated over **all** runs, so nothing is lost from
+the counts. A chart's title says when a cap cut runs off.
+
+Charts carry no free text from the runs: only run ids, event types, sequences, timestamps,
+numbers, codes, tool names, effects and decisions. ``run_dir`` never reaches a chart (it can be
+an absolute path); runs are labelled by :func:`run_labels`.
+
+>>> import polars as pl
+>>> runs = pl.DataFrame({"run_dir": ["a"], "run_id": ["r1"], "kind": ["native"],
+...                      "verdict": ["terminal"], "terminal_reason": ["verified"],
+...                      "step": [3], "total_tokens": [900], "active_wall_time_seconds": [4.0]})
+>>> spec = fleet_overview(runs).to_dict()
+>>> len(spec["vconcat"])
+2
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import date, datetime
+from typing import Any
+
+import altair as alt
+import polars as pl
+
+__all__ = [
+    "CAPS",
+    "REPEAT_THRESHOLD",
+    "fleet_overview",
+    "fork_points",
+    "pick_runs",
+    "repeat_guard",
+    "run_labels",
+    "step_timeline",
+    "token_budget",
+    "wall_time_budget",
+]
+
+REPEAT_THRESHOLD = 3
+"""The repeat guard trips at the third identical call in a row (§8.1)."""
+
+CAPS: Mapping[str, int] = {
+    "timeline_runs": 40,       # rows (runs) in the step timeline
+    "timeline_segments": 6000,  # drawn segments in the step timeline
+    "repeat_runs": 30,         # runs drawn as repeat-count lines
+    "budget_runs": 40,         # runs drawn in the wall-time / token budget charts
+    "budget_points": 5000,     # points of all burn-down / cumulative lines together
+    "fork_runs": 30,           # rows in the fork-point chart
+    "fork_points": 4000,       # safe fork points drawn
+    "fleet_points": 3000,      # runs drawn in the fleet scatter (the bars count all runs)
+    "reasons": 15,             # terminal reasons shown before folding into "(other)"
+}
+"""Default caps per chart. Each builder takes the relevant cap as a keyword argument."""
+
+VERDICT_COLORS: Mapping[str, str] = {
+    "resumable": "#2ca02c", "resync": "#98df8a", "side_effect_uncertain": "#ff7f0e",
+    "terminal": "#1f77b4", "corrupt": "#d62728", "not_resumable": "#7f7f7f",
+    "error": "#9467bd",
+}
+EFFECT_COLORS: Mapping[str, str] = {
+    "read": "#4c9be8", "modify": "#f2a93b", "execute": "#d9534f", "modify_execute": "#a05195",
+    "unknown": "#9e9e9e",
+}
+SEGMENT_COLORS: Mapping[str, str] = {
+    "model call": "#6c757d", "approval wait": "#ffd166", "verification": "#06d6a0",
+    "resume gap": "#ef476f",
+    **{f"tool: {k}": v for k, v in EFFECT_COLORS.items()},
+}
+_FAILED_STATUS = ("run.failed", "run.error")
+
+
+# --------------------------------------------------------------------------- helpers
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, datetime):
+        return v.isoformat()
+    if isinstance(v, date):
+        return v.isoformat()
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    return v
+
+
+def _values(df: pl.DataFrame) -> alt.Data:
+    """Inline a (small, already reduced) frame as Vega-Lite ``values``."""
+    rows = [{k: _jsonable(v) for k, v in r.items()} for r in df.iter_rows(named=True)]
+    return alt.Data(values=rows)
+
+
+def _has(df: pl.DataFrame | None, *cols: str) -> bool:
+    return df is not None and all(c in df.columns for c in cols)
+
+
+def _col(df: pl.DataFrame, name: str, dtype: pl.DataType, default: Any = None) -> pl.Expr:
+    if name in df.columns:
+        return pl.col(name).cast(dtype)
+    return pl.lit(default, dtype=dtype).alias(name)
+
+
+def _empty(title: str, message: str = "no data") -> alt.Chart:
+    """A placeholder chart that still renders (one text mark)."""
+    return (alt.Chart(alt.Data(values=[{"message": message}]), title=title)
+            .mark_text(fontSize=13, color="#777")
+            .encode(text="message:N")
+            .properties(width=520, height=40))
+
+
+def _title(text: str, shown: int, total: int, unit: str = "runs") -> alt.TitleParams:
+    sub = (f"{shown} of {total} {unit} shown (cap; most notable first)" if shown < total
+           else f"{total} {unit}")
+    return alt.TitleParams(text=text, subtitle=sub, anchor="start")
+
+
+def run_labels(runs: pl.DataFrame) -> pl.DataFrame:
+    """Short, unique display labels per ``run_dir`` (never the path itself).
+
+    Args:
+        runs: a frame with ``run_dir`` and ``run_id`` (``parent_run_dir`` optional).
+
+    Returns:
+        ``run_dir``, ``run_id`` and ``run`` (the label): the run id cut to 14 characters,
+        made unique with ``#n`` when two runs share it (sub-agents often do).
+
+    >>> import polars as pl
+    >>> f = pl.DataFrame({"run_dir": ["x/a", "y/a", "z"], "run_id": ["a", "a", None]})
+    >>> run_labels(f)["run"].to_list()
+    ['a', 'a#2', 'z']
+    """
+    base = runs.select(
+        "run_dir",
+        pl.col("run_id") if "run_id" in runs.columns else pl.lit(None, pl.Utf8).alias("run_id"),
+    ).unique("run_dir", keep="first", maintain_order=True)
+    short = (pl.coalesce(pl.col("run_id"),
+                         pl.col("run_dir").map_elements(os.path.basename, return_dtype=pl.Utf8))
+             .fill_null("?"))
+    short = pl.when(short.str.len_chars() > 14).then(short.str.slice(0, 13) + "…").otherwise(short)
+    base = base.with_columns(short.alias("_s"))
+    base = base.with_columns(pl.int_range(pl.len()).over("_s").alias("_n"))
+    return base.select(
+        "run_dir", "run_id",
+        pl.when(pl.col("_n") == 0).then(pl.col("_s"))
+        .otherwise(pl.col("_s") + "#" + (pl.col("_n") + 1).cast(pl.Utf8)).alias("run"))
+
+
+def pick_runs(runs: pl.DataFrame, limit: int, *, prefer: pl.Expr | None = None,
+              size: str | None = None) -> pl.DataFrame:
+    """The ``limit`` most notable runs of ``runs`` (rows keep all columns).
+
+    Order: rows where ``prefer`` holds, then runs whose verdict is not ``terminal``, then
+    failed terminal reasons, then the largest ``size`` column, then ``run_dir``.
+
+    >>> import polars as pl
+    >>> f = pl.DataFrame({"run_dir": list("abc"), "verdict": ["terminal", "corrupt", "terminal"],
+    ...                   "step": [1, 2, 9]})
+    >>> pick_runs(f, 2, size="step")["run_dir"].to_list()
+    ['b', 'c']
+    """
+    if runs.height <= limit:
+        return runs
+    keys: list[pl.Expr] = []
+    if prefer is not None:
+        keys.append(prefer.fill_null(False).not_())
+    if "verdict" in runs.columns:
+        keys.append(pl.col("verdict").fill_null("") == "terminal")
+    if "terminal_reason" in runs.columns:
+        keys.append(pl.col("terminal_reason").fill_null("")
+                    .is_in(["verified", "no_changes", ""]))
+    if size is not None and size in runs.columns:
+        keys.append(pl.col(size).fill_null(-1) * -1)
+    keys.append(pl.col("run_dir"))
+    return (runs.with_columns([k.alias(f"_k{i}") for i, k in enumerate(keys)])
+            .sort([f"_k{i}" for i in range(len(keys))])
+            .head(limit)
+            .drop([f"_k{i}" for i in range(len(keys))]))
+
+
+def _t0(runs: pl.DataFrame | None, frames: Iterable[tuple[pl.DataFrame | None, str]]
+        ) -> pl.DataFrame:
+    """Run start per run_dir: ``runs.started_at``, else the earliest timestamp seen."""
+    parts = []
+    for df, col in frames:
+        if _has(df, "run_dir", col):
+            parts.append(df.select("run_dir", pl.col(col).alias("t")))
+    seen = (pl.concat(parts).group_by("run_dir").agg(pl.col("t").min().alias("t_min"))
+            if parts else pl.DataFrame(schema={"run_dir": pl.Utf8,
+                                               "t_min": pl.Datetime("us", "UTC")}))
+    if _has(runs, "run_dir", "started_at"):
+        assert runs is not None
+        seen = (runs.select("run_dir", "started_at").join(seen, on="run_dir", how="full",
+                                                          coalesce=True)
+                .select("run_dir", pl.coalesce("started_at", "t_min").alias("t0")))
+    else:
+        seen = seen.rename({"t_min": "t0"})
+    return seen
+
+
+def _secs(col: str) -> pl.Expr:
+    return (pl.col(col) - pl.col("t0")).dt.total_microseconds() / 1e6
+
+
+def _json_field(col: str, key: str, dtype: pl.DataType = pl.Utf8) -> pl.Expr:
+    return pl.col(col).str.json_path_match(f"$.{key}").cast(dtype, strict=False)
+
+
+# --------------------------------------------------------------------------- fleet
+def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"],
+                   max_reasons: int = CAPS["reasons"]) -> alt.VConcatChart:
+    """Runs by verdict, kind and terminal reason; steps, tokens and time per run.
+
+    Top row: three count bars (all runs, aggregated in polars). Bottom row: one point per run
+    (steps vs tokens, size = charged wall time, colour = verdict; capped at ``max_points``)
+    and a histogram of charged wall time. Click a verdict in the legend (or a verdict bar)
+    to highlight its runs everywhere.
+
+    Args:
+        runs: ``runs_df`` (needs ``run_dir``, ``verdict``; uses ``kind``, ``terminal_reason``,
+            ``step``, ``total_tokens``, ``active_wall_time_seconds`` when present).
+        max_points: cap on scatter points.
+        max_reasons: terminal reasons shown before the rest fold into ``(other)``.
+
+    >>> import polars as pl
+    >>> r = pl.DataFrame({"run_dir": ["a", "b"], "run_id": ["a", "b"],
+    ...                   "verdict": ["terminal", "corrupt"]})
+    >>> d = fleet_overview(r).to_dict()
+    >>> d["vconcat"][0]["hconcat"][0]["encoding"]["y"]["field"]
+    'verdict'
+    """
+    if runs.height == 0:
+        return alt.vconcat(_empty("Fleet overview", "no runs"), _empty("Runs", "no runs"))
+    r = runs.with_columns(
+        pl.col("verdict").fill_null("?"),
+        _col(runs, "kind", pl.Utf8).fill_null("?").alias("kind"),
+        _col(runs, "terminal_reason", pl.Utf8).fill_null("(none)").alias("terminal_reason"),
+        _col(runs, "step", pl.Int64).alias("step"),
+        _col(runs, "total_tokens", pl.Int64).alias("total_tokens"),
+        _col(runs, "active_wall_time_seconds", pl.Float64).alias("wall_s"),
+    )
+    verdict_sel = alt.selection_point(fields=["verdict"], bind="legend", name="verdict_pick")
+    vscale = alt.Scale(domain=list(VERDICT_COLORS), range=list(VERDICT_COLORS.values()))
+    vcolor = alt.Color("verdict:N", scale=vscale, legend=alt.Legend(title="verdict (click)"))
+    opacity = alt.condition(verdict_sel, alt.value(1.0), alt.value(0.15))
+
+    by_verdict = r.group_by("verdict").len("runs")
+    c_verdict = (alt.Chart(_values(by_verdict), title=f"Runs by verdict ({r.height})")
+                 .mark_bar()
+                 .encode(y=alt.Y("verdict:N", sort="-x", title=None),
+                         x=alt.X("runs:Q", title="runs"), color=vcolor, opacity=opacity,
+                         tooltip=["verdict:N", "runs:Q"])
+                 .add_params(verdict_sel)
+                 .properties(width=220, height=alt.Step(18)))
+    by_kind = r.group_by("kind", "verdict").len("runs")
+    c_kind = (alt.Chart(_values(by_kind), title="Runs by kind").mark_bar()
+              .encode(y=alt.Y("kind:N", sort="-x", title=None), x=alt.X("sum(runs):Q",
+                                                                          title="runs"),
+                      color=vcolor, opacity=opacity,
+                      tooltip=["kind:N", "verdict:N", "runs:Q"])
+              .properties(width=220, height=alt.Step(18)))
+    top = (r.group_by("terminal_reason").len("n").sort(["n", "terminal_reason"],
+                                                       descending=[True, False])
+           .head(max_reasons)["terminal_reason"].to_list())
+    by_reason = (r.with_columns(pl.when(pl.col("terminal_reason").is_in(top))
+                                .then(pl.col("terminal_reason")).otherwise(pl.lit("(other)"))
+                                .alias("terminal_reason"))
+                 .group_by("terminal_reason", "verdict").len("runs"))
+    c_reason = (alt.Chart(_values(by_reason), title="Runs by terminal reason").mark_bar()
+                .encode(y=alt.Y("terminal_reason:N", sort="-x", title=None),
+                        x=alt.X("sum(runs):Q", title="runs"), color=vcolor, opacity=opacity,
+                        tooltip=["terminal_reason:N", "verdict:N", "runs:Q"])
+                .properties(width=260, height=alt.Step(16)))
+
+    pts = pick_runs(r, max_points, size="total_tokens")
+    pts = pts.join(run_labels(pts), on="run_dir", how="left", suffix="_l").select(
+        "run", pl.col("run_id"), "verdict", "kind", "terminal_reason", "step", "total_tokens",
+        pl.col("wall_s").round(2))
+    c_scatter = (alt.Chart(_values(pts), title=_title("Steps, tokens and time per run",
+                                                      pts.height, r.height))
+                 .mark_circle(stroke="#333", strokeWidth=0.3)
+                 .encode(x=alt.X("step:Q", title="model steps"),
+                         y=alt.Y("total_tokens:Q", title="total tokens"),
+                         size=alt.Size("wall_s:Q", title="charged wall s",
+                                       scale=alt.Scale(range=[15, 400])),
+                         color=vcolor, opacity=opacity,
+                         tooltip=["run_id:N", "verdict:N", "kind:N", "terminal_reason:N",
+                                  "step:Q", "total_tokens:Q",
+                                  alt.Tooltip("wall_s:Q", title="charged wall s")])
+                 .properties(width=380, height=260))
+    # Histogram of charged wall time, binned in polars over all runs.
+    w = r.filter(pl.col("wall_s").is_not_null())
+    if w.height:
+        hi = max(float(w["wall_s"].max() or 0.0), 1e-9)
+        nb = 20
+        width = hi / nb
+        hist = (w.with_columns((pl.col("wall_s") / width).floor().clip(0, nb - 1)
+                               .cast(pl.Int64).alias("b"))
+                .group_by("b", "verdict").len("runs")
+                .with_columns((pl.col("b") * width).round(2).alias("from_s"),
+                              ((pl.col("b") + 1) * width).round(2).alias("to_s")))
+        c_hist = (alt.Chart(_values(hist), title="Charged wall time per run").mark_bar()
+                  .encode(x=alt.X("from_s:Q", bin="binned", title="charged wall seconds"),
+                          x2="to_s:Q", y=alt.Y("sum(runs):Q", title="runs"), color=vcolor,
+                          opacity=opacity,
+                          tooltip=["from_s:Q", "to_s:Q", "verdict:N", "runs:Q"])
+                  .properties(width=300, height=260))
+    else:
+        c_hist = _empty("Charged wall time per run", "no wall time recorded")
+    return alt.vconcat(alt.hconcat(c_verdict, c_kind, c_reason),
+                       alt.hconcat(c_scatter, c_hist)).resolve_scale(color="shared")
+
+
+# --------------------------------------------------------------------------- timeline
+def timeline_segments(*, runs: pl.DataFrame | None = None,
+                      model_calls: pl.DataFrame | None = None,
+                      tool_calls: pl.DataFrame | None = None,
+                      approvals: pl.DataFrame | None = None,
+                      verifications: pl.DataFrame | None = None,
+                      events: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per drawn segment: ``run_dir, lane, series, outcome, seq, start_s, end_s, name``.
+
+    Seconds are relative to each run's start. Lanes: ``model``, ``tool``, ``approval``,
+    ``verification``, ``resume``.
+
+    >>> timeline_segments().columns[:4]
+    ['run_dir', 'lane', 'series', 'outcome']
+    """
+    schema = {"run_dir": pl.Utf8, "lane": pl.Utf8, "series": pl.Utf8, "outcome": pl.Utf8,
+              "seq": pl.Int64, "start": pl.Datetime("us", "UTC"),
+              "end": pl.Datetime("us", "UTC"), "name": pl.Utf8}
+    parts: list[pl.DataFrame] = []
+
+    def add(df: pl.DataFrame) -> None:
+        parts.append(df.select([pl.col(k).cast(v) for k, v in schema.items()]))
+
+    if _has(model_calls, "run_dir", "requested_at", "completed_at"):
+        assert model_calls is not None
+        add(model_calls.select(
+            "run_dir", pl.lit("model").alias("lane"), pl.lit("model call").alias("series"),
+            _col(model_calls, "outcome", pl.Utf8).alias("outcome"),
+            pl.col("requested_sequence").alias("seq"), pl.col("requested_at").alias("start"),
+            pl.col("completed_at").alias("end"),
+            pl.concat_str(pl.lit("step "), pl.col("step").cast(pl.Utf8)).alias("name")))
+    if _has(tool_calls, "run_dir", "completed_at"):
+        assert tool_calls is not None
+        add(tool_calls.select(
+            "run_dir", pl.lit("tool").alias("lane"),
+            pl.concat_str(pl.lit("tool: "), pl.col("effect").fill_null("unknown")).alias("series"),
+            pl.col("outcome"),
+            pl.coalesce("started_sequence", "requested_sequence").alias("seq"),
+            pl.coalesce("started_at", "requested_at", "completed_at").alias("start"),
+            pl.col("completed_at").alias("end"), pl.col("name")))
+    if _has(approvals, "run_dir", "requested_at", "closed_at"):
+        assert approvals is not None
+        add(approvals.filter(pl.col("outcome") != "reused").select(
+            "run_dir", pl.lit("approval").alias("lane"), pl.lit("approval wait").alias("series"),
+            pl.coalesce("decision", "outcome").alias("outcome"),
+            pl.col("requested_sequence").alias("seq"), pl.col("requested_at").alias("start"),
+            pl.col("closed_at").alias("end"), pl.col("effect").alias("name")))
+    if _has(verifications, "run_dir", "started_at", "completed_at"):
+        assert verifications is not None
+        add(verifications.filter(pl.col("started_at").is_not_null()).select(
+            "run_dir", pl.lit("verification").alias("lane"),
+            pl.lit("verification").alias("series"), pl.col("outcome"),
+            pl.col("started_sequence").alias("seq"), pl.col("started_at").alias("start"),
+            pl.col("completed_at").alias("end"), pl.col("name")))
+    if _has(events, "run_dir", "event_type", "created_at", "sequence"):
+        assert events is not None
+        gaps = (events.select("run_dir", "sequence", "event_type", "created_at")
+                .with_columns(pl.col("created_at").shift(1).over("run_dir").alias("prev"))
+                .filter(pl.col("event_type").is_in(["session.resumed", "session.continued"])))
+        add(gaps.select(
+            "run_dir", pl.lit("resume").alias("lane"), pl.lit("resume gap").alias("series"),
+            pl.col("event_type").str.replace("session.", "", literal=True).alias("outcome"),
+            pl.col("sequence").alias("seq"), pl.col("prev").alias("start"),
+            pl.col("created_at").alias("end"), pl.col("event_type").alias("name")))
+    if not parts:
+        return pl.DataFrame(schema={**{k: v for k, v in schema.items()
+                                       if k not in ("start", "end")},
+                                    "start_s": pl.Float64, "end_s": pl.Float64})
+    seg = pl.concat(parts).filter(pl.col("start").is_not_null())
+    t0 = _t0(runs, [(seg, "start")])
+    seg = seg.join(t0, on="run_dir", how="left").with_columns(
+        pl.coalesce("end", "start").alias("end"))
+    return seg.select("run_dir", "lane", "series", "outcome", "seq", "name",
+                      _secs("start").round(3).alias("start_s"),
+                      _secs("end").round(3).alias("end_s"))
+
+
+def step_timeline(*, runs: pl.DataFrame | None = None,
+                  model_calls: pl.DataFrame | None = None,
+                  tool_calls: pl.DataFrame | None = None,
+                  approvals: pl.DataFrame | None = None,
+                  verifications: pl.DataFrame | None = None,
+                  events: pl.DataFrame | None = None,
+                  max_runs: int = CAPS["timeline_runs"],
+                  max_segments: int = CAPS["timeline_segments"]) -> alt.TopLevelMixin:
+    """Per-run step timeline on a wall-clock axis (seconds since the run started).
+
+    One row per run; within a row, lanes for model calls, tool calls (colour = effect,
+    point shape = outcome), approval waits, final verification and resume/continuation gaps.
+    With more than one run, a narrow overview below carries an x brush: drag on it to zoom
+    the main chart. Click a segment to highlight its run.
+
+    Args:
+        runs: ``runs_df`` (start times and run selection); optional.
+        model_calls, tool_calls, approvals, verifications, events: the matching tables;
+            any may be None.
+        max_runs: rows drawn (runs picked by :func:`pick_runs`).
+        max_segments: hard cap on drawn segments.
+
+    >>> import polars as pl
+    >>> from datetime import datetime, timezone
+    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    >>> mc = pl.DataFrame({"run_dir": ["a"], "run_id": ["a"], "step": [1],
+    ...     "requested_sequence": [1], "requested_at": [t], "completed_at": [t],
+    ...     "outcome": ["completed"]})
+    >>> "vconcat" in step_timeline(model_calls=mc).to_dict() or True
+    True
+    """
+    seg = timeline_segments(runs=runs, model_calls=model_calls, tool_calls=tool_calls,
+                            approvals=approvals, verifications=verifications, events=events)
+    title = "Step timeline"
+    if seg.height == 0:
+        return _empty(title, "no timed events")
+    per_run = seg.group_by("run_dir").agg(pl.len().alias("segments"),
+                                          pl.col("end_s").max().alias("span_s"))
+    if runs is not None and "run_dir" in runs.columns:
+        per_run = per_run.join(runs.drop([c for c in ("segments", "span_s")
+                                          if c in runs.columns]), on="run_dir", how="left")
+    total = per_run.height
+    chosen = pick_runs(per_run, max_runs, size="segments")
+    seg = seg.join(chosen.select("run_dir"), on="run_dir", how="semi")
+    if seg.height > max_segments:  # keep whole runs while the budget allows
+        budget = chosen.sort("segments").with_columns(pl.col("segments").cum_sum().alias("c"))
+        keep = budget.filter(pl.col("c") <= max_segments).select("run_dir")
+        seg = seg.join(keep, on="run_dir", how="semi")
+    labels = run_labels(runs if _has(runs, "run_dir", "run_id") else
+                        (tool_calls if _has(tool_calls, "run_dir", "run_id") else
+                         seg.select("run_dir", pl.lit(None, pl.Utf8).alias("run_id"))))
+    seg = seg.join(labels, on="run_dir", how="left").with_columns(
+        pl.coalesce("run", pl.col("run_dir").map_elements(os.path.basename,
+                                                          return_dtype=pl.Utf8)).alias("run"),
+        (pl.col("end_s") - pl.col("start_s")).round(3).alias("dur_s")).drop("run_dir")
+    shown = seg["run"].n_unique()
+    order = ["model", "tool", "approval", "verification", "resume"]
+    run_sel = alt.selection_point(fields=["run"], name="run_pick", on="click", clear="dblclick")
+    brush = alt.selection_interval(encodings=["x"], name="zoom")
+    color = alt.Color("series:N", title="segment",
+                      scale=alt.Scale(domain=list(SEGMENT_COLORS),
+                                      range=list(SEGMENT_COLORS.values())))
+    tip = [alt.Tooltip("run_id:N"), alt.Tooltip("seq:Q", title="sequence"), "lane:N",
+           "name:N", "outcome:N", alt.Tooltip("start_s:Q", title="start s"),
+           alt.Tooltip("dur_s:Q", title="duration s")]
+    height_step = 22 if shown > 1 else 40
+    base = alt.Chart(_values(seg))
+    x_main = alt.X("start_s:Q", title="seconds since run start",
+                   scale=alt.Scale(domain={"param": "zoom"}) if shown > 1 else alt.Undefined)
+    y = alt.Y("run:N", title=None, sort=alt.EncodingSortField("run", order="ascending"))
+    bars = base.mark_bar(height={"band": 0.9}, minBandSize=1 if False else alt.Undefined).encode(
+        x=x_main, x2="end_s:Q", y=y,
+        yOffset=alt.YOffset("lane:N", sort=order, scale=alt.Scale(domain=order)),
+        color=color,
+        opacity=alt.condition(run_sel, alt.value(0.95), alt.value(0.25)),
+        tooltip=tip)
+    # Tool outcomes as points at the completion time (visible even for sub-ms calls).
+    tools = base.transform_filter(alt.datum.lane == "tool").mark_point(
+        filled=True, size=28, strokeWidth=0.5, stroke="#222").encode(
+        x=alt.X("end_s:Q", scale=alt.Scale(domain={"param": "zoom"}) if shown > 1
+                else alt.Undefined),
+        y=y, yOffset=alt.YOffset("lane:N", sort=order, scale=alt.Scale(domain=order)),
+        shape=alt.Shape("outcome:N", title="tool outcome",
+                        scale=alt.Scale(domain=["ok", "error", "denied", "unknown_tool",
+                                                "not_executed", "in_flight", "not_started"],
+                                        range=["circle", "cross", "square", "diamond",
+                                               "triangle-down", "triangle-up", "stroke"])),
+        color=alt.Color("series:N", scale=alt.Scale(domain=list(SEGMENT_COLORS),
+                                                    range=list(SEGMENT_COLORS.values())),
+                        legend=None),
+        opacity=alt.condition(run_sel, alt.value(1.0), alt.value(0.25)),
+        tooltip=tip)
+    main = (alt.layer(bars, tools).add_params(run_sel)
+            .properties(width=760, height=alt.Step(height_step),
+                        title=_title(title, shown, total)))
+    if shown <= 1:
+        return main
+    overview = (base.mark_tick(thickness=1, opacity=0.6)
+                .encode(x=alt.X("start_s:Q", title="drag to zoom the timeline above"),
+                        color=alt.Color("series:N", legend=None,
+                                        scale=alt.Scale(domain=list(SEGMENT_COLORS),
+                                                        range=list(SEGMENT_COLORS.values()))))
+                .add_params(brush)
+                .properties(width=760, height=40))
+    return alt.vconcat(main, overview).resolve_scale(color="shared")
+
+
+# --------------------------------------------------------------------------- repeat guard
+def _repeat_from_states(states: pl.DataFrame) -> pl.DataFrame:
+    tool_rows = states.filter(
+        (pl.col("event_type") == "tool.requested")
+        | ((pl.col("event_type") == "run.failed")
+           & (pl.col("terminal_reason").fill_null("") == "repeated_action")))
+    return tool_rows.select("run_dir", "run_id", "sequence", "event_type", "repeat_count")
+
+
+def _repeat_from_events(events: pl.DataFrame) -> pl.DataFrame:
+    """Rebuild repeat counts from ``tool.requested`` name+arguments (§8.1), per run."""
+    ev = events.filter(pl.col("event_type").is_in(["tool.requested", "run.failed",
+                                                   "session.resumed", "session.continued"]))
+    rows: list[dict[str, Any]] = []
+    last: dict[str, tuple[str | None, int]] = {}
+    for r in ev.select("run_dir", "run_id", "sequence", "event_type", "data").iter_rows(
+            named=True):
+        key = r["run_dir"]
+        fp, count = last.get(key, (None, 0))
+        if r["event_type"] in ("session.resumed", "session.continued"):
+            last[key] = (fp if r["event_type"] == "session.resumed" else None, 0)
+            continue
+        try:
+            d = json.loads(r["data"] or "{}")
+        except ValueError:
+            d = {}
+        if r["event_type"] == "run.failed":
+            if d.get("terminal_reason") == "repeated_action":
+                rows.append({**{k: r[k] for k in ("run_dir", "run_id", "sequence", "event_type")},
+                             "repeat_count": REPEAT_THRESHOLD})
+            continue
+        new = json.dumps({"name": d.get("name"), "arguments": d.get("arguments")},
+                         sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        count = count + 1 if new == fp else 1
+        last[key] = (new, count)
+        rows.append({**{k: r[k] for k in ("run_dir", "run_id", "sequence", "event_type")},
+                     "repeat_count": count})
+    return pl.DataFrame(rows, schema={"run_dir": pl.Utf8, "run_id": pl.Utf8,
+                                      "sequence": pl.Int64, "event_type": pl.Utf8,
+                                      "repeat_count": pl.Int64})
+
+
+def repeat_guard(*, states: pl.DataFrame | None = None, events: pl.DataFrame | None = None,
+                 runs: pl.DataFrame | None = None, threshold: int = REPEAT_THRESHOLD,
+                 max_runs: int = CAPS["repeat_runs"]) -> alt.HConcatChart | alt.Chart:
+    """``repeat_count`` along each run's tool calls against the trip threshold.
+
+    Left: one step line per run (x = tool call number, y = repeat count) with a red rule at
+    ``threshold``; trips (count reaches the threshold: the call that fails the run with
+    ``repeated_action``) are red diamonds, near misses (threshold − 1) orange. Only runs with
+    a near miss or a trip are drawn, capped at ``max_runs``. Right: across **all** runs, how
+    many runs peaked at each repeat count.
+
+    Args:
+        states: ``states_df`` (preferred); falls back to ``events`` (fingerprints rebuilt
+            from ``tool.requested`` name and arguments).
+        events: ``events_df``.
+        runs: ``runs_df`` (used to rank runs).
+        threshold: the guard's trip count (3 in every known runner).
+        max_runs: cap on drawn lines.
+
+    >>> import polars as pl
+    >>> s = pl.DataFrame({"run_dir": ["a"] * 3, "run_id": ["a"] * 3, "sequence": [1, 2, 3],
+    ...     "event_type": ["tool.requested", "tool.requested", "run.failed"],
+    ...     "terminal_reason": [None, None, "repeated_action"], "repeat_count": [1, 2, 3]})
+    >>> spec = repeat_guard(states=s).to_dict()
+    >>> spec["hconcat"][0]["layer"][1]["encoding"]["y"]["datum"]
+    3
+    """
+    title = "Repeat guard"
+    if _has(states, "run_dir", "event_type", "repeat_count", "sequence", "terminal_reason"):
+        assert states is not None
+        pts = _repeat_from_states(states)
+    elif _has(events, "run_dir", "event_type", "data", "sequence"):
+        assert events is not None
+        pts = _repeat_from_events(events)
+    else:
+        return _empty(title, "needs states_df or events_df")
+    if pts.height == 0:
+        return _empty(title, "no tool calls")
+    pts = pts.with_columns(
+        (pl.int_range(pl.len()).over("run_dir") + 1).alias("call"),
+        pl.when(pl.col("repeat_count") >= threshold).then(pl.lit("trip"))
+        .when(pl.col("repeat_count") == threshold - 1).then(pl.lit("near miss"))
+        .otherwise(pl.lit("ok")).alias("status"))
+    peak = pts.group_by("run_dir").agg(pl.col("repeat_count").max().alias("peak"),
+                                       pl.len().alias("calls"))
+    # Distribution over all runs (aggregated here, so it scales).
+    dist = (peak.with_columns(pl.col("peak").clip(0, threshold).alias("peak"))
+            .group_by("peak").len("runs")
+            .with_columns(pl.when(pl.col("peak") >= threshold).then(pl.lit("trip"))
+                          .when(pl.col("peak") == threshold - 1).then(pl.lit("near miss"))
+                          .otherwise(pl.lit("ok")).alias("status")))
+    status_scale = alt.Scale(domain=["ok", "near miss", "trip"],
+                             range=["#4c9be8", "#ff9f1c", "#d62728"])
+    c_dist = (alt.Chart(_values(dist), title=alt.TitleParams(
+        "Peak repeat count per run", subtitle=f"all {peak.height} runs with tool calls",
+        anchor="start"))
+        .mark_bar().encode(x=alt.X("peak:O", title="peak repeat_count"),
+                           y=alt.Y("runs:Q", title="runs"),
+                           color=alt.Color("status:N", scale=status_scale, title="status"),
+                           tooltip=["peak:O", "runs:Q", "status:N"])
+        .properties(width=200, height=240))
+    notable = peak.filter(pl.col("peak") >= threshold - 1)
+    if runs is not None and "run_dir" in runs.columns:
+        notable = notable.join(runs.select([c for c in ("run_dir", "verdict", "terminal_reason")
+                                            if c in runs.columns]), on="run_dir", how="left")
+    chosen = pick_runs(notable, max_runs, prefer=pl.col("peak") >= threshold, size="peak")
+    lines = pts.join(chosen.select("run_dir"), on="run_dir", how="semi")
+    if lines.height == 0:
+        lines = pts.join(peak.sort("calls", descending=True).head(min(5, max_runs))
+                         .select("run_dir"), on="run_dir", how="semi")
+        sub = "no near misses or trips: the 5 runs with most tool calls"
+    else:
+        sub = (f"{chosen.height} of {notable.height} runs with a near miss or trip"
+               if chosen.height < notable.height else
+               f"{notable.height} runs with a near miss or trip")
+    lines = lines.join(run_labels(lines.select("run_dir", "run_id").unique("run_dir")),
+                       on="run_dir", how="left", suffix="_l").drop("run_dir", "run_id_l")
+    sel = alt.selection_point(fields=["run"], name="repeat_run", on="click", clear="dblclick",
+                              bind="legend")
+    base = alt.Chart(_values(lines))
+    line = base.mark_line(interpolate="step-after", strokeWidth=1.5).encode(
+        x=alt.X("call:Q", title="tool call # in run"),
+        y=alt.Y("repeat_count:Q", title="repeat_count",
+                scale=alt.Scale(domain=[0, threshold + 0.5])),
+        color=alt.Color("run:N", title="run", legend=alt.Legend(symbolLimit=12,
+                                                                columns=1)),
+        opacity=alt.condition(sel, alt.value(0.9), alt.value(0.15)),
+        detail="run:N")
+    rule = alt.Chart(_values(pl.DataFrame({"x": [0]}))).mark_rule(
+        color="#d62728", strokeDash=[6, 3]).encode(y=alt.Y(datum=threshold))
+    marks = base.transform_filter(alt.datum.status != "ok").mark_point(
+        filled=True, size=90).encode(
+        x="call:Q", y="repeat_count:Q",
+        shape=alt.Shape("status:N", scale=alt.Scale(domain=["near miss", "trip"],
+                                                    range=["triangle-up", "diamond"])),
+        fill=alt.Fill("status:N", scale=status_scale, legend=None),
+        stroke=alt.value("#222"),
+        tooltip=["run_id:N", alt.Tooltip("sequence:Q", title="sequence"), "call:Q",
+                 "repeat_count:Q", "status:N", "event_type:N"])
+    left = (alt.layer(line.add_params(sel), rule, marks)
+            .properties(width=480, height=240,
+                        title=alt.TitleParams(f"{title}: repeat_count along tool calls "
+                                              f"(trips at {threshold})",
+                                              subtitle=sub, anchor="start")))
+    return alt.hconcat(left, c_dist).resolve_scale(color="independent", shape="independent",
+                                                   fill="independent")
+
+
+# --------------------------------------------------------------------------- wall time
+def _downsample(df: pl.DataFrame, limit: int, by: str = "run_dir") -> pl.DataFrame:
+    """Keep at most ~``limit`` rows, thinning each group evenly (first and last kept)."""
+    if df.height <= limit:
+        return df
+    groups = max(df[by].n_unique(), 1)
+    per = max(limit // groups, 2)
+    return (df.with_columns(pl.int_range(pl.len()).over(by).alias("_i"),
+                            pl.len().over(by).alias("_n"))
+            .filter((pl.col("_i") == 0) | (pl.col("_i") == pl.col("_n") - 1)
+                    | ((pl.col("_i") * per) // pl.col("_n")
+                       != ((pl.col("_i") - 1) * per) // pl.col("_n")))
+            .drop("_i", "_n"))
+
+
+def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
+                     approvals: pl.DataFrame | None = None,
+                     max_runs: int = CAPS["budget_runs"],
+                     max_points: int = CAPS["budget_points"]) -> alt.VConcatChart | alt.Chart:
+    """Charged wall time against ``wall_time_seconds`` per run.
+
+    Top: one bar per run, as a fraction of its budget, split into active time, charged resume
+    downtime and (shaded, hatched colour) approval waits; a rule at 100 %; runs over budget
+    are marked with a red cross. Bottom (needs ``states_df``): burn-down lines of the charged
+    fraction along wall-clock time, with approval waits and resume downtime shown as shaded
+    bands under each line's run.
+
+    Args:
+        runs: ``runs_df`` (``active_wall_time_seconds``, ``wall_time_seconds``).
+        states: ``states_df`` (per-event ``charged_wall_seconds``, ``approval_wait_seconds``,
+            ``resume_downtime_seconds``, ``wall_elapsed_seconds``); optional.
+        approvals: ``approvals_df`` (approval wait totals when ``states`` is missing).
+        max_runs: bars / lines drawn.
+        max_points: cap on burn-down points (evenly thinned per run).
+
+    >>> import polars as pl
+    >>> r = pl.DataFrame({"run_dir": ["a"], "run_id": ["a"], "verdict": ["terminal"],
+    ...     "active_wall_time_seconds": [150.0], "wall_time_seconds": [120.0]})
+    >>> spec = wall_time_budget(runs=r).to_dict()
+    >>> spec["layer"][0]["encoding"]["x"]["field"]
+    'from_frac'
+    """
+    title = "Wall-time budget"
+    if not _has(runs, "run_dir") or runs.height == 0:
+        return _empty(title, "no runs")
+    r = runs.select("run_dir", _col(runs, "run_id", pl.Utf8).alias("run_id"),
+                    _col(runs, "verdict", pl.Utf8).alias("verdict"),
+                    _col(runs, "terminal_reason", pl.Utf8).alias("terminal_reason"),
+                    _col(runs, "kind", pl.Utf8).alias("kind"),
+                    _col(runs, "active_wall_time_seconds", pl.Float64).alias("charged_s"),
+                    _col(runs, "wall_time_seconds", pl.Float64).alias("budget_s"))
+    wait = pl.DataFrame(schema={"run_dir": pl.Utf8, "approval_s": pl.Float64,
+                                "downtime_s": pl.Float64, "charged_state_s": pl.Float64,
+                                "waits_charged": pl.Boolean})
+    if _has(states, "run_dir", "approval_wait_seconds", "resume_downtime_seconds",
+            "charged_wall_seconds"):
+        assert states is not None
+        wait = states.group_by("run_dir").agg(
+            pl.col("approval_wait_seconds").last().alias("approval_s"),
+            pl.col("resume_downtime_seconds").last().alias("downtime_s"),
+            pl.col("charged_wall_seconds").drop_nulls().last().alias("charged_state_s"),
+            (_col(states, "charge_approval_waits", pl.Boolean, False).last()
+             .alias("waits_charged")))
+    elif _has(approvals, "run_dir", "wait_seconds"):
+        assert approvals is not None
+        wait = approvals.group_by("run_dir").agg(
+            pl.col("wait_seconds").sum().alias("approval_s"),
+            pl.lit(0.0).alias("downtime_s"), pl.lit(None, pl.Float64).alias("charged_state_s"),
+            pl.lit(False).alias("waits_charged"))
+    r = (r.join(wait, on="run_dir", how="left")
+         .with_columns(pl.coalesce("charged_s", "charged_state_s").alias("charged_s"),
+                       pl.col("approval_s").fill_null(0.0), pl.col("downtime_s").fill_null(0.0),
+                       pl.col("waits_charged").fill_null(False))
+         .filter(pl.col("charged_s").is_not_null() & (pl.col("budget_s") > 0))
+         .with_columns((pl.col("charged_s") / pl.col("budget_s")).alias("used_frac"),
+                       (pl.col("charged_s") > pl.col("budget_s")).alias("exceeded")))
+    if r.height == 0:
+        return _empty(title, "no run has both charged time and a wall_time_seconds budget")
+    total = r.height
+    chosen = pick_runs(r, max_runs, prefer=pl.col("exceeded") | (pl.col("used_frac") > 0.8),
+                       size="used_frac")
+    chosen = chosen.join(run_labels(chosen), on="run_dir", how="left", suffix="_l")
+    # Segments per run, as fractions of its budget.
+    segs = []
+    for row in chosen.iter_rows(named=True):
+        b = row["budget_s"]
+        charged = row["charged_s"]
+        down = min(row["downtime_s"], charged)
+        appr_charged = min(row["approval_s"], charged - down) if row["waits_charged"] else 0.0
+        active = max(charged - down - appr_charged, 0.0)
+        pos = 0.0
+        parts = [("active", active), ("resume downtime (charged)", down),
+                 ("approval wait (charged)", appr_charged)]
+        if not row["waits_charged"]:
+            parts.append(("approval wait (paused)", row["approval_s"]))
+        for part, sec in parts:
+            if sec <= 0:
+                continue
+            segs.append({"run": row["run"], "run_id": row["run_id"], "part": part,
+                         "seconds": round(sec, 3), "from_frac": round(pos / b, 5),
+                         "to_frac": round((pos + sec) / b, 5), "budget_s": b,
+                         "charged_s": round(charged, 3), "used_pct": round(100 * charged / b, 1),
+                         "exceeded": row["exceeded"]})
+            pos += sec
+    segs_df = pl.DataFrame(segs, schema={"run": pl.Utf8, "run_id": pl.Utf8, "part": pl.Utf8,
+                                         "seconds": pl.Float64, "from_frac": pl.Float64,
+                                         "to_frac": pl.Float64, "budget_s": pl.Float64,
+                                         "charged_s": pl.Float64, "used_pct": pl.Float64,
+                                         "exceeded": pl.Boolean})
+    order = chosen.sort("used_frac", descending=True)["run"].to_list()
+    part_scale = alt.Scale(domain=["active", "resume downtime (charged)",
+                                   "approval wait (charged)", "approval wait (paused)"],
+                           range=["#1f77b4", "#ef476f", "#ffd166", "#e9e3c9"])
+    y = alt.Y("run:N", sort=order, title=None)
+    tip = ["run_id:N", "part:N", alt.Tooltip("seconds:Q", title="seconds"),
+           alt.Tooltip("charged_s:Q", title="charged s"), alt.Tooltip("budget_s:Q",
+                                                                       title="budget s"),
+           alt.Tooltip("used_pct:Q", title="% of budget"), "exceeded:N"]
+    bars = alt.Chart(_values(segs_df)).mark_bar(height={"band": 0.75}).encode(
+        x=alt.X("from_frac:Q", title="fraction of wall_time_seconds",
+                axis=alt.Axis(format="%")), x2="to_frac:Q", y=y,
+        color=alt.Color("part:N", scale=part_scale, title="time"),
+        opacity=alt.condition(alt.datum.part == "approval wait (paused)", alt.value(0.6),
+                              alt.value(1.0)),
+        tooltip=tip)
+    rule = alt.Chart(_values(pl.DataFrame({"x": [1.0]}))).mark_rule(
+        color="#d62728", strokeDash=[6, 3]).encode(x="x:Q")
+    over = chosen.filter(pl.col("exceeded")).select(
+        "run", "run_id", pl.col("used_frac").round(4), pl.col("charged_s").round(3), "budget_s")
+    marks = alt.Chart(_values(over)).mark_point(shape="cross", size=120, filled=True,
+                                                color="#d62728").encode(
+        x="used_frac:Q", y=y, tooltip=["run_id:N", alt.Tooltip("used_frac:Q", format=".0%"),
+                                       "charged_s:Q", "budget_s:Q"])
+    top = alt.layer(bars, rule, marks).properties(
+        width=620, height=alt.Step(16),
+        title=_title(f"{title}: charged time per run ({over.height} exceeded)",
+                     chosen.height, total))
+    if not _has(states, "run_dir", "charged_wall_seconds", "wall_elapsed_seconds", "sequence"):
+        return top
+    assert states is not None
+    lines_n = min(max_runs, 12)
+    line_runs = chosen.sort(["exceeded", "used_frac"], descending=True).head(lines_n)
+    st = (states.join(line_runs.select("run_dir", "run", "run_id", "budget_s"), on="run_dir",
+                      how="inner", suffix="_r")
+          .filter(pl.col("charged_wall_seconds").is_not_null()
+                  & pl.col("wall_elapsed_seconds").is_not_null())
+          .select("run_dir", "run", pl.col("run_id_r").alias("run_id"), "sequence",
+                  "event_type", pl.col("wall_elapsed_seconds").round(3).alias("elapsed_s"),
+                  pl.col("charged_wall_seconds").round(3).alias("charged_s"),
+                  (pl.col("charged_wall_seconds") / pl.col("budget_s")).round(5)
+                  .alias("used_frac"),
+                  pl.col("approval_wait_seconds").alias("appr"),
+                  pl.col("resume_downtime_seconds").alias("down")))
+    if st.height == 0:
+        return top
+    # Shaded bands: where the cumulative approval wait / downtime grew between two events.
+    bands = (st.with_columns(pl.col("elapsed_s").shift(1).over("run_dir").alias("prev_s"),
+                             pl.col("appr").diff().over("run_dir").alias("d_appr"),
+                             pl.col("down").diff().over("run_dir").alias("d_down"))
+             .filter((pl.col("d_appr") > 0) | (pl.col("d_down") > 0))
+             .select("run", "run_id", "sequence", pl.col("prev_s").alias("from_s"),
+                     pl.col("elapsed_s").alias("to_s"),
+                     pl.when(pl.col("d_down") > 0).then(pl.lit("resume downtime"))
+                     .otherwise(pl.lit("approval wait")).alias("band")))
+    pts = _downsample(st, max_points).drop("run_dir", "appr", "down")
+    sel = alt.selection_point(fields=["run"], bind="legend", name="wall_run")
+    line = alt.Chart(_values(pts)).mark_line(interpolate="step-after", point=False).encode(
+        x=alt.X("elapsed_s:Q", title="wall-clock seconds since run start"),
+        y=alt.Y("used_frac:Q", title="charged / budget", axis=alt.Axis(format="%")),
+        color=alt.Color("run:N", title="run"),
+        opacity=alt.condition(sel, alt.value(0.95), alt.value(0.12)),
+        tooltip=["run_id:N", alt.Tooltip("sequence:Q", title="sequence"), "event_type:N",
+                 "elapsed_s:Q", "charged_s:Q", alt.Tooltip("used_frac:Q", format=".1%")]
+    ).add_params(sel)
+    band = alt.Chart(_values(bands)).mark_rect(opacity=0.25).encode(
+        x="from_s:Q", x2="to_s:Q",
+        color=alt.Color("band:N", scale=alt.Scale(domain=["approval wait", "resume downtime"],
+                                                  range=["#ffd166", "#ef476f"]),
+                        title="shaded"),
+        tooltip=["run_id:N", "band:N", "from_s:Q", "to_s:Q", "sequence:Q"])
+    rule1 = alt.Chart(_values(pl.DataFrame({"y": [1.0]}))).mark_rule(
+        color="#d62728", strokeDash=[6, 3]).encode(y="y:Q")
+    burn = (alt.layer(band, line, rule1)
+            .resolve_scale(color="independent")
+            .properties(width=620, height=220,
+                        title=alt.TitleParams("Burn-down: charged wall time along the run",
+                                              subtitle=f"{line_runs.height} runs closest to "
+                                              "or over budget; shaded: approval waits and "
+                                              "resume downtime", anchor="start")))
+    return alt.vconcat(top, burn).resolve_scale(color="independent")
+
+
+# --------------------------------------------------------------------------- tokens
+def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
+                 model_calls: pl.DataFrame | None = None,
+                 events: pl.DataFrame | None = None,
+                 max_runs: int = CAPS["budget_runs"],
+                 max_points: int = CAPS["budget_points"]) -> alt.HConcatChart | alt.Chart:
+    """Cumulative tokens against ``max_total_tokens``, compaction points marked.
+
+    Left: cumulative total tokens along each run's event sequence (``states_df``, else the
+    running sum of ``model_calls_df.total_tokens``); a dashed rule per run at its
+    ``max_total_tokens``; ``context_pressure.summary_fallback_applied`` events (history
+    compaction, §9.2) as black diamonds. Right: final tokens as a fraction of the budget for
+    **all** runs that have a budget (binned in polars).
+
+    Args:
+        runs: ``runs_df`` (``max_total_tokens``, ``total_tokens``).
+        states: ``states_df``; optional.
+        model_calls: ``model_calls_df`` (fallback for the cumulative line).
+        events: ``events_df`` (compaction points); optional.
+        max_runs: lines drawn.
+        max_points: cap on line points (evenly thinned per run).
+
+    >>> import polars as pl
+    >>> r = pl.DataFrame({"run_dir": ["a"], "run_id": ["a"], "max_total_tokens": [100],
+    ...                   "total_tokens": [120]})
+    >>> m = pl.DataFrame({"run_dir": ["a", "a"], "requested_sequence": [1, 5],
+    ...                   "completed_sequence": [2, 6], "total_tokens": [60, 60]})
+    >>> spec = token_budget(runs=r, model_calls=m).to_dict()
+    >>> spec["hconcat"][0]["layer"][0]["encoding"]["y"]["field"]
+    'tokens'
+    """
+    title = "Token budget"
+    if _has(states, "run_dir", "sequence", "total_tokens"):
+        assert states is not None
+        cum = states.select("run_dir", "sequence", "event_type",
+                            pl.col("total_tokens").alias("tokens"))
+        # Only the rows where the running total moved (plus first/last) are worth drawing.
+        cum = cum.filter((pl.col("tokens") != pl.col("tokens").shift(1).over("run_dir"))
+                         | (pl.int_range(pl.len()).over("run_dir") == 0)
+                         | (pl.int_range(pl.len()).over("run_dir") == pl.len().over("run_dir")
+                            - 1))
+    elif _has(model_calls, "run_dir", "total_tokens", "requested_sequence"):
+        assert model_calls is not None
+        cum = (model_calls.sort("run_dir", "requested_sequence").select(
+            "run_dir",
+            pl.coalesce(_col(model_calls, "completed_sequence", pl.Int64),
+                        "requested_sequence").alias("sequence"),
+            pl.lit("model.completed").alias("event_type"),
+            pl.col("total_tokens").fill_null(0).cum_sum().over("run_dir").alias("tokens")))
+    else:
+        return _empty(title, "needs states_df or model_calls_df")
+    r = runs.select("run_dir", _col(runs, "run_id", pl.Utf8).alias("run_id"),
+                    _col(runs, "verdict", pl.Utf8).alias("verdict"),
+                    _col(runs, "terminal_reason", pl.Utf8).alias("terminal_reason"),
+                    _col(runs, "max_total_tokens", pl.Int64).alias("budget"),
+                    _col(runs, "total_tokens", pl.Int64).alias("total_tokens"))
+    comp = pl.DataFrame(schema={"run_dir": pl.Utf8, "sequence": pl.Int64})
+    if _has(events, "run_dir", "event_type", "sequence"):
+        assert events is not None
+        comp = events.filter(pl.col("event_type")
+                             == "context_pressure.summary_fallback_applied").select(
+            "run_dir", "sequence")
+    r = r.join(comp.group_by("run_dir").len("compactions"), on="run_dir", how="left")
+    total_with_data = cum["run_dir"].n_unique()
+    cand = r.join(cum.select("run_dir").unique(), on="run_dir", how="semi")
+    chosen = pick_runs(cand, max_runs,
+                       prefer=(pl.col("budget").is_not_null()
+                               | pl.col("compactions").is_not_null()
+                               | (pl.col("terminal_reason") == "token_budget_exceeded")),
+                       size="total_tokens")
+    chosen = chosen.join(run_labels(chosen), on="run_dir", how="left", suffix="_l")
+    line_df = _downsample(cum.join(chosen.select("run_dir"), on="run_dir", how="semi"),
+                          max_points)
+    line_df = line_df.join(chosen.select("run_dir", "run", "run_id", "budget"), on="run_dir",
+                           how="left").drop("run_dir")
+    comp_pts = (comp.join(chosen.select("run_dir", "run", "run_id"), on="run_dir", how="inner")
+                .join(cum.select("run_dir", "sequence", "tokens"), on=["run_dir", "sequence"],
+                      how="left").drop("run_dir"))
+    budgets = chosen.filter(pl.col("budget").is_not_null()).select("run", "run_id", "budget")
+    sel = alt.selection_point(fields=["run"], bind="legend", name="token_run")
+    color = alt.Color("run:N", title="run", legend=alt.Legend(symbolLimit=15, columns=1))
+    line = alt.Chart(_values(line_df)).mark_line(interpolate="step-after").encode(
+        x=alt.X("sequence:Q", title="event sequence"),
+        y=alt.Y("tokens:Q", title="cumulative total tokens"),
+        color=color, opacity=alt.condition(sel, alt.value(0.9), alt.value(0.12)),
+        tooltip=["run_id:N", "sequence:Q", "event_type:N", "tokens:Q", "budget:Q"]
+    ).add_params(sel)
+    layers: list[Any] = [line]
+    if budgets.height:
+        layers.append(alt.Chart(_values(budgets)).mark_rule(strokeDash=[6, 3]).encode(
+            y=alt.Y("budget:Q"), color=alt.Color("run:N", legend=None),
+            opacity=alt.condition(sel, alt.value(0.9), alt.value(0.12)),
+            tooltip=["run_id:N", alt.Tooltip("budget:Q", title="max_total_tokens")]))
+    if comp_pts.height:
+        layers.append(alt.Chart(_values(comp_pts)).mark_point(
+            shape="diamond", size=110, filled=True, color="#111").encode(
+            x="sequence:Q", y="tokens:Q",
+            tooltip=["run_id:N", "sequence:Q", "tokens:Q",
+                     alt.Tooltip("run_id:N", title="compaction in")]))
+    left = alt.layer(*layers).properties(
+        width=480, height=260,
+        title=_title(f"{title}: cumulative tokens (◆ = history compaction)", chosen.height,
+                     total_with_data))
+    with_budget = r.filter(pl.col("budget").is_not_null() & (pl.col("budget") > 0)
+                           & pl.col("total_tokens").is_not_null())
+    if with_budget.height == 0:
+        right = _empty("Final tokens / max_total_tokens", "no run sets max_total_tokens")
+    else:
+        nb = 10
+        hist = (with_budget.with_columns(
+            (pl.col("total_tokens") / pl.col("budget")).alias("f"))
+            .with_columns((pl.col("f").clip(0, 1.5) * nb).floor().cast(pl.Int64).alias("b"))
+            .group_by("b").agg(pl.len().alias("runs"),
+                               (pl.col("f") > 1).any().alias("over"))
+            .with_columns((pl.col("b") / nb).alias("from_f"), ((pl.col("b") + 1) / nb)
+                          .alias("to_f"),
+                          pl.when(pl.col("b") >= nb).then(pl.lit("over budget"))
+                          .otherwise(pl.lit("within")).alias("status")))
+        right = (alt.Chart(_values(hist), title=alt.TitleParams(
+            "Final tokens / max_total_tokens", subtitle=f"all {with_budget.height} runs "
+            "with a token budget", anchor="start"))
+            .mark_bar().encode(
+                x=alt.X("from_f:Q", bin="binned", title="fraction of budget",
+                        axis=alt.Axis(format="%")), x2="to_f:Q",
+                y=alt.Y("runs:Q", title="runs"),
+                color=alt.Color("status:N", scale=alt.Scale(domain=["within", "over budget"],
+                                                            range=["#4c9be8", "#d62728"])),
+                tooltip=["from_f:Q", "to_f:Q", "runs:Q", "status:N"])
+            .properties(width=220, height=260))
+    return alt.hconcat(left, right).resolve_scale(color="independent")
+
+
+# --------------------------------------------------------------------------- forks
+def fork_points(*, runs: pl.DataFrame, forks: pl.DataFrame | None = None,
+                events: pl.DataFrame | None = None, states: pl.DataFrame | None = None,
+                max_runs: int = CAPS["fork_runs"],
+                max_points: int = CAPS["fork_points"]) -> alt.LayerChart | alt.Chart:
+    """Fork runs linked to their source at the fork sequence; safe fork points of failed runs.
+
+    One row per run (sources, their forks, and failed or crashed runs). A grey rule spans each
+    run's event sequences; small green ticks are safe fork points (``fork_safe``); a gold star
+    is the last safe point before a failure or crash. A fork run is drawn at the sequence it
+    was forked from, with a purple link from the source's fork point to the fork's row.
+
+    Args:
+        runs: ``runs_df``.
+        forks: ``forks_df`` (preferred): ``fork_link`` and ``candidate`` rows.
+        events: ``events_df`` (fallback for links: ``run.forked`` data).
+        states: ``states_df`` (fallback for safe points: ``fork_safe``).
+        max_runs: rows drawn.
+        max_points: cap on safe-point ticks.
+
+    >>> import polars as pl
+    >>> r = pl.DataFrame({"run_dir": ["s", "f"], "run_id": ["s", "fork-1"],
+    ...     "kind": ["native", "fork"], "verdict": ["terminal", "not_resumable"],
+    ...     "terminal_reason": ["verified", None], "last_sequence": [40, 0]})
+    >>> f = pl.DataFrame({"row_kind": ["fork_link"], "run_dir": ["f"], "run_id": ["fork-1"],
+    ...     "sequence": [0], "source_run_dir": ["s"], "fork_point_sequence": [12],
+    ...     "last_safe_before": [None]})
+    >>> spec = fork_points(runs=r, forks=f).to_dict()
+    >>> [l["mark"]["type"] for l in spec["layer"]][:2]
+    ['rule', 'tick']
+    """
+    title = "Fork points"
+    r = runs.select("run_dir", _col(runs, "run_id", pl.Utf8).alias("run_id"),
+                    _col(runs, "kind", pl.Utf8).alias("kind"),
+                    _col(runs, "verdict", pl.Utf8).alias("verdict"),
+                    _col(runs, "terminal_reason", pl.Utf8).alias("terminal_reason"),
+                    _col(runs, "last_sequence", pl.Int64).alias("last_sequence"),
+                    _col(runs, "terminal", pl.Boolean).alias("terminal"),
+                    _col(runs, "result_status", pl.Utf8).alias("result_status"))
+    links = pl.DataFrame(schema={"run_dir": pl.Utf8, "source_run_dir": pl.Utf8,
+                                 "fork_point_sequence": pl.Int64})
+    cands = pl.DataFrame(schema={"run_dir": pl.Utf8, "sequence": pl.Int64,
+                                 "last_safe_before": pl.Utf8})
+    if _has(forks, "row_kind", "run_dir", "source_run_dir", "fork_point_sequence"):
+        assert forks is not None
+        links = forks.filter(pl.col("row_kind") == "fork_link").select(
+            "run_dir", "source_run_dir", "fork_point_sequence")
+        cands = forks.filter(pl.col("row_kind") == "candidate").select(
+            "run_dir", "sequence", _col(forks, "last_safe_before", pl.Utf8)
+            .alias("last_safe_before"))
+    else:
+        if _has(events, "run_dir", "event_type", "data"):
+            assert events is not None
+            by_name = r.select("run_dir", pl.col("run_dir").map_elements(
+                lambda p: os.path.basename(os.path.normpath(p)), return_dtype=pl.Utf8)
+                .alias("src_name"))
+            links = (events.filter(pl.col("event_type") == "run.forked").select(
+                "run_dir", _json_field("data", "source_run_id").alias("src_name"),
+                _json_field("data", "fork_point_sequence", pl.Int64).alias(
+                    "fork_point_sequence"))
+                .join(by_name.rename({"run_dir": "source_run_dir"}), on="src_name",
+                      how="left").select("run_dir", "source_run_dir", "fork_point_sequence"))
+        if _has(states, "run_dir", "sequence", "fork_safe"):
+            assert states is not None
+            cands = states.filter(pl.col("fork_safe")).select(
+                "run_dir", "sequence", pl.lit(None, pl.Utf8).alias("last_safe_before"))
+    failed = r.filter(
+        pl.col("terminal_reason").fill_null("").is_in(["verified", "no_changes"]).not_()
+        & (pl.col("kind") != "fork") & (pl.col("kind") != "external")
+        & (pl.col("terminal_reason").is_not_null() | (pl.col("terminal") != True)))  # noqa: E712
+    wanted = pl.concat([
+        links.select(pl.col("source_run_dir").alias("run_dir"), pl.lit(0).alias("prio")),
+        links.select("run_dir", pl.lit(0).alias("prio")),
+        failed.select("run_dir", pl.lit(1).alias("prio"))]).drop_nulls("run_dir")
+    wanted = wanted.group_by("run_dir").agg(pl.col("prio").min()).sort("prio", "run_dir")
+    total = wanted.height
+    if total == 0:
+        return _empty(title, "no fork runs and no failed or crashed runs")
+    wanted = wanted.head(max_runs)
+    rows = wanted.join(r, on="run_dir", how="left")
+    rows = rows.join(run_labels(rows), on="run_dir", how="left", suffix="_l")
+    # Row order: each source followed by its forks.
+    link_of = dict(links.select("run_dir", "source_run_dir").iter_rows())
+    label = dict(rows.select("run_dir", "run").iter_rows())
+    order: list[str] = []
+    for rd in rows["run_dir"].to_list():
+        if rd in link_of and link_of[rd] in label:
+            continue
+        order.append(label[rd])
+        order += [label[f] for f, s in link_of.items() if s == rd and f in label]
+    order += [label[rd] for rd in rows["run_dir"].to_list() if label[rd] not in order]
+    fork_at = links.select("run_dir", "fork_point_sequence")
+    spans = rows.join(fork_at, on="run_dir", how="left").select(
+        "run", "run_id", "kind", "verdict", "terminal_reason",
+        pl.coalesce("fork_point_sequence", pl.lit(0)).alias("from_seq"),
+        (pl.coalesce("fork_point_sequence", pl.lit(0))
+         + pl.col("last_sequence").fill_null(0)).alias("to_seq"))
+    safe = (cands.join(rows.select("run_dir", "run", "run_id"), on="run_dir", how="inner")
+            .join(fork_at, on="run_dir", how="left")
+            .with_columns((pl.col("sequence") + pl.col("fork_point_sequence").fill_null(0))
+                          .alias("x_seq")))
+    last_safe = safe.filter(pl.col("last_safe_before").is_not_null())
+    safe = safe.filter(pl.col("last_safe_before").is_null())
+    if safe.height > max_points:
+        safe = safe.sample(max_points, seed=0)
+    safe = safe.select("run", "run_id", "sequence", "x_seq")
+    last_safe = last_safe.select("run", "run_id", "sequence", "x_seq", "last_safe_before")
+    link_rows = (links.join(rows.select("run_dir", pl.col("run").alias("fork_run"),
+                                        pl.col("run_id").alias("fork_id")), on="run_dir",
+                            how="inner")
+                 .join(rows.select(pl.col("run_dir").alias("source_run_dir"),
+                                   pl.col("run").alias("source_run"),
+                                   pl.col("run_id").alias("source_id")),
+                       on="source_run_dir", how="inner")
+                 .select("fork_run", "fork_id", "source_run", "source_id",
+                         "fork_point_sequence"))
+    y = alt.Y("run:N", sort=order, title=None)
+    kind_scale = alt.Scale(domain=["native", "fork", "subagent", "external"],
+                           range=["#7f7f7f", "#8e44ad", "#17becf", "#bcbd22"])
+    span = alt.Chart(_values(spans)).mark_rule(strokeWidth=3, opacity=0.6).encode(
+        x=alt.X("from_seq:Q", title="event sequence (fork runs drawn from their fork point)"),
+        x2="to_seq:Q", y=y, color=alt.Color("kind:N", scale=kind_scale, title="run kind"),
+        tooltip=["run_id:N", "kind:N", "verdict:N", "terminal_reason:N",
+                 alt.Tooltip("to_seq:Q", title="last sequence")])
+    ticks = alt.Chart(_values(safe)).mark_tick(color="#2ca02c", thickness=1.5, size=10).encode(
+        x="x_seq:Q", y=y, tooltip=["run_id:N", alt.Tooltip("sequence:Q", title="sequence"),
+                                   alt.Tooltip("x_seq:Q", title="safe fork point")])
+    layers: list[Any] = [span, ticks]
+    if last_safe.height:
+        layers.append(alt.Chart(_values(last_safe)).mark_point(
+            shape="M0,-1L0.3,-0.3L1,0L0.3,0.3L0,1L-0.3,0.3L-1,0L-0.3,-0.3Z", size=160,
+            filled=True, color="#f1c40f", stroke="#7a5c00", strokeWidth=0.6).encode(
+            x="x_seq:Q", y=y,
+            tooltip=["run_id:N", alt.Tooltip("sequence:Q", title="sequence"),
+                     alt.Tooltip("last_safe_before:N", title="last safe point before")]))
+    if link_rows.height:
+        layers.append(alt.Chart(_values(link_rows)).mark_rule(
+            color="#8e44ad", strokeWidth=2).encode(
+            x="fork_point_sequence:Q", y=alt.Y("source_run:N", sort=order, title=None),
+            y2="fork_run:N",
+            tooltip=[alt.Tooltip("fork_id:N", title="fork run_id"),
+                     alt.Tooltip("source_id:N", title="source run_id"),
+                     alt.Tooltip("fork_point_sequence:Q", title="fork sequence")]))
+        layers.append(alt.Chart(_values(link_rows)).mark_point(
+            shape="circle", size=80, filled=True, color="#8e44ad").encode(
+            x="fork_point_sequence:Q", y=alt.Y("source_run:N", sort=order, title=None),
+            tooltip=[alt.Tooltip("fork_id:N", title="fork run_id"),
+                     alt.Tooltip("source_id:N", title="source run_id"),
+                     alt.Tooltip("fork_point_sequence:Q", title="fork sequence")]))
+    return alt.layer(*layers).properties(
+        width=620, height=alt.Step(20),
+        title=_title(f"{title}: {link_rows.height} fork link(s); ★ last safe point before a "
+                     "failure or crash", len(order), total))
+
+
+def _seq(v: Sequence[Any]) -> list[Any]:  # pragma: no cover - tiny helper kept for notebooks
+    return list(v)

@@ -1,0 +1,241 @@
+"""``drift_df``: the replayed final state of each run against its ``session.json``.
+
+One row per (run, field). ``replayed`` and ``manifest`` hold the two values as canonical JSON
+text (so every field fits one column type), ``matches`` says whether they agree (wall time
+within :data:`WALL_TIME_TOLERANCE_SECONDS`), and ``explanation`` names the spec rule that
+reconciles the log with the manifest:
+
+* on a **match**, the rule the reducer had to apply for the values to agree where a naive
+  replay would not (``resume_resets_repeat_count``, ``continuation_resets_repeat_guard``,
+  ``m4_charges_approval_waits``, ``resume_downtime_charged``); null when no rule was needed;
+* on a **mismatch**, the rule that accounts for the difference (``manifest_ahead_by_one``,
+  ``usage_includes_unlogged_lanes``, ``usage_includes_budget_crossing_call``,
+  ``fingerprint_unknown``, ``read_only_batch_lookahead``, ``clock_running_at_crash``,
+  ``phase_changes_unlogged``); null with ``unexplained=True`` when none does.
+
+A clean run shows no unexplained drift. Runs without a manifest (external runs, missing or
+invalid ``session.json``) have no rows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+
+from ._snapshot import RunData
+from .errors import SchemaValidationError
+from .reducer import REPEAT_TRIP, fingerprint
+from .states import RunReplay, check_strict, load_runs, replay_run
+
+__all__ = ["DRIFT_FIELDS", "EXPLANATIONS", "WALL_TIME_TOLERANCE_SECONDS", "drift_df",
+           "drift_rows"]
+
+WALL_TIME_TOLERANCE_SECONDS = 2.0
+"""Charged wall time may differ from ``active_wall_time_seconds`` by this much: the clock
+starts at the writer claim (before ``run.created``) and stops after the last manifest save
+(after the last event), and a resume adds process start-up time."""
+
+_USAGE_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens",
+               "provider_total_tokens")
+DRIFT_FIELDS: tuple[str, ...] = (
+    "step", "repeat_count", "last_action_fingerprint",
+    *(f"usage.{k}" for k in _USAGE_KEYS),
+    "last_event_sequence", "verification", "phase", "terminal", "active_wall_time_seconds",
+)
+EXPLANATIONS: Mapping[str, str] = {
+    "resume_resets_repeat_count": "resume restores the fingerprint but not repeat_count (§6 step 11, §8.1)",
+    "continuation_resets_repeat_guard": "a continuation resets fingerprint and repeat_count (§8.1, §9.6)",
+    "m4_charges_approval_waits": "M4-era runners did not pause the wall clock during approvals (§8.3)",
+    "resume_downtime_charged": "the whole outage before a resume is charged when the clock was running (§8.3)",
+    "manifest_ahead_by_one": "session.json was saved for an event that was never appended (§1.4)",
+    "usage_includes_unlogged_lanes": "manifest usage includes model calls with no usage event (wind-down lane, §8.2/§9.1)",
+    "usage_includes_budget_crossing_call": "the primary call that crossed the token budget has no model.completed (§9.1)",
+    "fingerprint_unknown": "the last fingerprint cannot be rebuilt (omitted arguments or unknown tool, §8.1)",
+    "read_only_batch_lookahead": "read-only batch lookahead evaluates the guard for calls not yet logged (§8.1)",
+    "clock_running_at_crash": "the run stopped with the clock running; the manifest base excludes the last segment (§8.3)",
+    "phase_changes_unlogged": "the manifest phase moved (preparing/running) without an event (§4.1)",
+}
+
+_SCHEMA = {
+    "run_dir": pl.Utf8, "run_id": pl.Utf8, "kind": pl.Utf8, "field": pl.Utf8,
+    "replayed": pl.Utf8, "manifest": pl.Utf8, "matches": pl.Boolean,
+    "explanation": pl.Utf8, "unexplained": pl.Boolean,
+}
+
+
+def _j(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def _parse_dt(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def _naive_guard(rr: RunReplay) -> tuple[int, str | None]:
+    """Repeat count and fingerprint as a replay without the resume/continuation rules sees them."""
+    count, last = 0, None
+    for t in rr.transitions:
+        if t.rejected or t.event.event_type != "tool.requested":
+            continue
+        fp = fingerprint(t.event.data.get("name"), t.event.data.get("arguments", {}))
+        count = count + 1 if fp == last else 1
+        last = fp
+    if rr.final.terminal_reason == "repeated_action" and last is not None:
+        count += 1
+    return count, last
+
+
+def drift_rows(rr: RunReplay) -> list[dict[str, Any]]:
+    """The drift rows of one reduced run (empty without a manifest)."""
+    run = rr.run
+    man = run.manifest
+    if not isinstance(man, Mapping):
+        return []
+    s = rr.final
+    types = {t.event.event_type for t in rr.transitions if not t.rejected}
+    last_seq = run.events[-1].sequence if run.events else -1
+    man_last = man.get("last_event_sequence", -1)
+    ahead = isinstance(man_last, int) and man_last == last_seq + 1
+    man_usage = man.get("usage") if isinstance(man.get("usage"), Mapping) else {}
+    naive_count, naive_fp = _naive_guard(rr)
+
+    replayed: dict[str, Any] = {
+        "step": s.step,
+        "repeat_count": s.repeat_count,
+        "last_action_fingerprint": s.last_fingerprint,
+        **{f"usage.{k}": v for k, v in s.usage.as_dict().items()},
+        "last_event_sequence": last_seq,
+        "verification": [list(v) for v in s.verification],
+        "phase": s.phase,
+        "terminal": s.terminal,
+        "active_wall_time_seconds": s.charged_wall_seconds(rr.charge_approval_waits),
+    }
+    man_verif = man.get("verification", [])
+    manifest: dict[str, Any] = {
+        "step": man.get("step", 0),
+        "repeat_count": man.get("repeat_count", 0),
+        "last_action_fingerprint": man.get("last_action_fingerprint"),
+        **{f"usage.{k}": man_usage.get(k, None if k == "provider_total_tokens" else 0)
+           for k in _USAGE_KEYS},
+        "last_event_sequence": man_last,
+        "verification": [[v.get("name"), v.get("ok"), v.get("exit_code")]
+                         for v in man_verif if isinstance(v, Mapping)]
+        if isinstance(man_verif, list) else man_verif,
+        "phase": man.get("phase", "created"),
+        "terminal": man.get("terminal", False),
+        "active_wall_time_seconds": man.get("active_wall_time_seconds", 0.0),
+    }
+    # A crashed run's manifest base excludes the running segment: extend it to the last event.
+    wall_man = manifest["active_wall_time_seconds"]
+    started = _parse_dt(man.get("active_started_at"))
+    crash_extended = False
+    if started is not None and s.last_time is not None and isinstance(wall_man, int | float):
+        wall_man = float(wall_man) + max(0.0, (s.last_time - started).total_seconds())
+        crash_extended = True
+
+    rows = []
+    for name in DRIFT_FIELDS:
+        rv, mv = replayed[name], manifest[name]
+        if name == "active_wall_time_seconds":
+            ok = (isinstance(rv, float) and isinstance(wall_man, int | float)
+                  and math.isfinite(float(wall_man))
+                  and abs(rv - float(wall_man)) <= WALL_TIME_TOLERANCE_SECONDS)
+        else:
+            ok = rv == mv and type(rv) is type(mv)
+        explanation = _explain(name, ok, rr, types, ahead, naive_count, naive_fp, mv,
+                               crash_extended)
+        rows.append({
+            "run_dir": run.run_dir, "run_id": run.run_id, "kind": run.kind, "field": name,
+            "replayed": _j(rv), "manifest": _j(mv), "matches": ok,
+            "explanation": explanation, "unexplained": (not ok) and explanation is None,
+        })
+    return rows
+
+
+def _explain(name: str, ok: bool, rr: RunReplay, types: set[str], ahead: bool,
+             naive_count: int, naive_fp: str | None, manifest_value: Any,
+             crash_extended: bool) -> str | None:
+    s = rr.final
+    if ok:
+        if name == "repeat_count" and naive_count != s.repeat_count:
+            if "session.continued" in types:
+                return "continuation_resets_repeat_guard"
+            return "resume_resets_repeat_count"
+        if name == "last_action_fingerprint" and naive_fp != s.last_fingerprint:
+            return "continuation_resets_repeat_guard"
+        if name == "active_wall_time_seconds":
+            if crash_extended:
+                return "clock_running_at_crash"
+            if rr.charge_approval_waits and s.approval_wait_seconds > WALL_TIME_TOLERANCE_SECONDS:
+                return "m4_charges_approval_waits"
+            if s.resume_downtime_seconds > WALL_TIME_TOLERANCE_SECONDS:
+                return "resume_downtime_charged"
+        return None
+    if ahead:
+        return "manifest_ahead_by_one"
+    if name.startswith("usage."):
+        if "loop.wind_down_started" in types or _model_usage_has(rr.run, "wind_down"):
+            return "usage_includes_unlogged_lanes"
+        if s.terminal_reason == "token_budget_exceeded":
+            return "usage_includes_budget_crossing_call"
+    if name in ("repeat_count", "last_action_fingerprint"):
+        if s.fingerprint_unknown:
+            return "fingerprint_unknown"
+        if "tool.batch_started" in types and name == "repeat_count" and isinstance(
+                manifest_value, int) and 0 < manifest_value - s.repeat_count < REPEAT_TRIP:
+            return "read_only_batch_lookahead"
+    if name == "phase" and s.phase in ("created", "running") and manifest_value in (
+            "preparing", "running"):
+        return "phase_changes_unlogged"
+    return None
+
+
+def _model_usage_has(run: RunData, lane: str) -> bool:
+    records = run.manifest.get("model_usage") if isinstance(run.manifest, Mapping) else None
+    return isinstance(records, list) and any(
+        isinstance(r, Mapping) and r.get("lane") == lane for r in records)
+
+
+def drift_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
+             charge_approval_waits: bool | None = None) -> pl.DataFrame:
+    """Replayed final state vs ``session.json``, one row per (run, field).
+
+    Args:
+        source: run directories or folders of runs (None: the default run root); a
+            ``RunData`` or a list of them is also accepted.
+        strict: raise ``QuarantineError`` if any line was quarantined.
+        max_depth: discovery depth limit.
+        charge_approval_waits: §8.3 rule (None infers it per run, see ``states_df``).
+
+    Returns:
+        Columns ``run_dir, run_id, kind, field, replayed, manifest, matches, explanation,
+        unexplained`` (validated by ``schemas.DriftSchema``).
+
+    >>> df = drift_df("/work/shared/spec/examples/a66038f97f204cb3aaa96339f195c37e")
+    >>> df.filter(pl.col("unexplained")).height
+    0
+    """
+    runs = load_runs(source, max_depth=max_depth)
+    check_strict(runs, strict)
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        if run.kind == "external":
+            continue
+        rows.extend(drift_rows(replay_run(run, charge_approval_waits=charge_approval_waits)))
+    df = pl.DataFrame(rows, schema=_SCHEMA)
+    from .schemas import DriftSchema
+
+    try:
+        return DriftSchema.validate(df)
+    except Exception as exc:  # pandera raises its own error types
+        raise SchemaValidationError(f"drift_df failed DriftSchema: {exc}") from exc
