@@ -17,7 +17,14 @@ from typing import Any
 
 from ._decode import decode_line, native_envelope_warnings, parse_created_at
 from ._discovery import DEFAULT_MAX_DEPTH, RunLocation, Skipped, Source, discover
-from ._io import RUNNER_FILE_LIMIT, FileRead, lstat_identity, read_file, split_physical_lines
+from ._io import (
+    RUNNER_FILE_LIMIT,
+    FileRead,
+    PhysicalLine,
+    lstat_identity,
+    read_file,
+    split_physical_lines,
+)
 
 STABLE_READ_ATTEMPTS = 4
 
@@ -195,11 +202,17 @@ def _writer_lock(run_dir: str) -> tuple[str | None, bool]:
 
 
 def read_run(run_dir: str, *, is_subagent: bool = False,
-             parent_run_dir: str | None = None) -> RunData:
+             parent_run_dir: str | None = None, events_prefix: Any = None,
+             decoded_out: list[Any] | None = None) -> RunData:
     """Read one run directory into a :class:`RunData`. Never raises for bad content.
 
     A live run is re-read until ``session.json`` and ``events.jsonl`` were not replaced
     while being read (bounded attempts; ``live_changed`` when no stable snapshot was had).
+
+    ``events_prefix`` (the incremental cache, ``_cache.EventsPrefix``) supplies the decoded
+    complete lines of an already-read prefix; it is used only when ``events_prefix.matches``
+    the bytes just read. ``decoded_out``, when given, receives ``(lines, events)`` as decoded
+    (before the kind-dependent warnings), for the cache to store.
     """
     live_changed = True
     session_path = os.path.join(run_dir, "session.json")
@@ -230,7 +243,9 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     backend_result, _ = _parse_json_doc(files["backend-result.json"])
     ev = files["events.jsonl"]
     events_bytes = ev.data if ev.status == "ok" else None
-    lines, events = _decode_events(events_bytes)
+    lines, events = _decode_events(events_bytes, events_prefix)
+    if decoded_out is not None:
+        decoded_out.append((lines, events))
     kind = _kind(files, manifest, checkpoint, events, is_subagent)
     if kind != "external":
         events = _with_native_warnings(events)
@@ -253,12 +268,16 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     )
 
 
-def _decode_events(data: bytes | None) -> tuple[list[Line], list[Event]]:
+def _decode_events(data: bytes | None, prefix: Any = None) -> tuple[list[Line], list[Event]]:
     if data is None:
         return [], []
     lines: list[Line] = []
     events: list[Event] = []
-    for pl in split_physical_lines(data):
+    start = 0
+    if prefix is not None and prefix.matches(data):
+        lines, events = prefix.restore(data)
+        start = prefix.length
+    for pl in _physical_lines_from(data, start, len(lines)):
         raw = pl.raw
         if not raw.strip():
             lines.append(Line(pl.line_no, pl.byte_offset, len(raw), raw, pl.has_newline, "blank"))
@@ -286,6 +305,14 @@ def _decode_events(data: bytes | None) -> tuple[list[Line], list[Event]]:
         lines.append(Line(pl.line_no, pl.byte_offset, len(raw), raw, pl.has_newline,
                           "accepted", None, None, warnings))
     return lines, events
+
+
+def _physical_lines_from(data: bytes, start: int, line_no: int) -> list[Any]:
+    """Physical lines of ``data[start:]``, numbered and offset as in the whole file."""
+    if not start:
+        return split_physical_lines(data)
+    return [PhysicalLine(pl.line_no + line_no, pl.byte_offset + start, pl.raw, pl.has_newline)
+            for pl in split_physical_lines(data[start:])]
 
 
 def _with_native_warnings(events: list[Event]) -> list[Event]:

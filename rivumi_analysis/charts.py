@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import date, datetime
 from typing import Any
 
@@ -467,7 +467,7 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
     x_main = alt.X("start_s:Q", title="seconds since run start",
                    scale=alt.Scale(domain={"param": "zoom"}) if shown > 1 else alt.Undefined)
     y = alt.Y("run:N", title=None, sort=alt.EncodingSortField("run", order="ascending"))
-    bars = base.mark_bar(height={"band": 0.9}, minBandSize=1 if False else alt.Undefined).encode(
+    bars = base.mark_bar().encode(
         x=x_main, x2="end_s:Q", y=y,
         yOffset=alt.YOffset("lane:N", sort=order, scale=alt.Scale(domain=order)),
         color=color,
@@ -1131,7 +1131,3 @@ def fork_points(*, runs: pl.DataFrame, forks: pl.DataFrame | None = None,
         width=620, height=alt.Step(20),
         title=_title(f"{title}: {link_rows.height} fork link(s); ★ last safe point before a "
                      "failure or crash", len(order), total))
-
-
-def _seq(v: Sequence[Any]) -> list[Any]:  # pragma: no cover - tiny helper kept for notebooks
-    return list(v)

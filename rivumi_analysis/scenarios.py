@@ -390,6 +390,11 @@ class Driver:
         assert self.w is not None
         self.w.close(at=at, mono=mono)
 
+    def op_flush(self, *, pins: Any) -> None:
+        """Force a manifest save (corpus fast mode, before a simulated crash)."""
+        assert self.w is not None
+        self.w.save_manifest()
+
     def op_crash(self, *, pins: Any) -> None:
         """The process dies here: no ``finally``, the lock file and clock stay as they are."""
         raise ScriptStop()

@@ -529,6 +529,12 @@ class RunWriter:
     def checkpoint(self, status: str, metadata: Mapping[str, Any]) -> None:
         """``RunPersistence.checkpoint``: checkpoint.json, then session.json with the phase."""
         self.clock.tick(0.0002, 0.001)
+        phase = STATUS_TO_PHASE[status]
+        if self.manifest_every > 1 and phase not in TERMINAL_PHASES:
+            # Corpus fast mode: intermediate checkpoints only change in-memory phase.
+            self.m["phase"] = phase
+            self.m["terminal"] = False
+            return
         msgs = self.m["messages"]
         doc = {
             "active_writer_token": self.process_token,
@@ -539,7 +545,6 @@ class RunWriter:
             "updated_at": fmt_ts(self.clock.now()), "usage": usage_out(self.m["usage"]),
         }
         self.write_json("checkpoint.json", doc)
-        phase = STATUS_TO_PHASE[status]
         self.m["phase"] = phase
         self.m["terminal"] = phase in TERMINAL_PHASES
         self.save_manifest()

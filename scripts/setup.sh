@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Create .venv and install rivumi-analysis with its extras (idempotent).
+#   scripts/setup.sh            library + CLI + notebooks
+#   scripts/setup.sh dev        also everything the test suite needs (incl. headless Chromium)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+if [ "${1:-}" = "dev" ]; then
+  .venv/bin/python -m pip install --quiet -e '.[dev,notebooks]'
+  bash scripts/install_browser.sh
+  # a Jupyter kernel that runs this venv's interpreter, for the notebook tests
+  .venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+else
+  .venv/bin/python -m pip install --quiet -e '.[notebooks]'
+fi
+echo "rivumi-analysis $(.venv/bin/rivumi-analysis --version | cut -d' ' -f2) installed in .venv" >&2

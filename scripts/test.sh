@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set everything up from scratch and run the whole test suite (what CI runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh dev
+.venv/bin/ruff check rivumi_analysis tests benchmarks
+.venv/bin/python -m pytest "$@"

@@ -1,0 +1,74 @@
+"""Auditing a run while a writer appends to it (runner protocol) never reports false corruption."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rivumi_analysis.audit import audit_run
+from tests.conftest import dumps, example_events, running_manifest
+
+WRITER = textwrap.dedent("""
+    import json, os, sys, time
+    run, n = sys.argv[1], int(sys.argv[2])
+    lines = open(sys.argv[3], "rb").read().splitlines()
+    manifest = json.loads(open(sys.argv[4], "rb").read())
+    for k in range(n):
+        obj = json.loads(lines[k % len(lines)])
+        obj["sequence"] = k
+        if obj["event_type"] in ("tool.started", "verification.started", "run.completed"):
+            obj["event_type"] = "context_provider.injected"  # keep the run open and clean
+        manifest["last_event_sequence"] = k
+        tmp = os.path.join(run, ".session.json.tmp%05d" % k)
+        with open(tmp, "wb") as fh:                      # 1. save the manifest (atomic)
+            fh.write(json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode())
+        os.replace(tmp, os.path.join(run, "session.json"))
+        line = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode() + b"\\n"
+        fd = os.open(os.path.join(run, "events.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, line)                               # 2. then one O_APPEND write
+        os.close(fd)
+        if k % 50 == 0:
+            time.sleep(0.001)
+    print("done", flush=True)
+""")
+
+
+@pytest.mark.timeout(120)
+def test_audit_during_appends_is_never_corrupt(tmp_path: Path) -> None:
+    run = tmp_path / "a66038f97f204cb3aaa96339f195c37e"
+    run.mkdir()
+    m = running_manifest(-1)
+    m["phase"] = "running"
+    (tmp_path / "lines.jsonl").write_bytes(example_events())
+    (tmp_path / "manifest.json").write_bytes(dumps(m))
+    (tmp_path / "writer.py").write_text(WRITER)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "writer.py"), str(run), "3000",
+                             str(tmp_path / "lines.jsonl"), str(tmp_path / "manifest.json")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: list[dict] = []
+    deadline = time.monotonic() + 100
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if (run / "events.jsonl").exists():
+                seen.append(audit_run(str(run)))
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"writer stalled; stderr={err!r}; files={sorted(p.name for p in run.iterdir())}")
+    assert "done" in out, err
+    assert len(seen) >= 3, "the audit never overlapped the writer"
+    bad = [r for r in seen if r["verdict"] not in ("resumable", "resync")
+           and "live_changed" not in r["warnings"]]
+    assert not bad, json.dumps(bad[:2], indent=1)
+    assert all("manifest_behind" not in r["reasons"] and "torn_tail" not in r["reasons"]
+               for r in seen)
+    final = audit_run(str(run))
+    assert final["verdict"] == "resumable" and final["events"] == 3000
