@@ -158,8 +158,8 @@ def events_frame(runs: Iterable[RunData]) -> pl.DataFrame:
 # --- runs ------------------------------------------------------------------------------------
 
 def runs_frame(runs: Iterable[RunData]) -> pl.DataFrame:
-    from .audit import error_record, record_from_run
     from ._discovery import RunLocation
+    from .audit import error_record, record_from_run
     from .schemas import RunsSchema
 
     rows = []

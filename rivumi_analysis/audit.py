@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -147,13 +148,32 @@ def iter_records(locations: list[RunLocation],
 
 
 def audit(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEPTH,
-          progress: Callable[[int], None] | None = None) -> AuditResult:
+          progress: Callable[[int], None] | None = None, jobs: int | None = None,
+          cache: bool | None = None, cache_dir: str | os.PathLike[str] | None = None,
+          ) -> AuditResult:
     """Audit every run below ``source``; records sorted by ``run_dir``.
+
+    Args:
+        jobs: worker processes (None: one per available core; 1: in this process). Results
+            are identical whatever the number.
+        cache: use the incremental cache (``_cache``). None means "only when ``cache_dir`` is
+            given"; True with no ``cache_dir`` uses the user cache directory. A warm result
+            always equals a cold one.
+        cache_dir: where the consolidated cache file lives (never inside a source).
 
     Raises:
         SourceError: a missing source, a regular file, or no default run root.
     """
+    from ._cache import AuditCache, run_fleet
+
     found = discover(source, max_depth=max_depth)
-    runs = sorted(iter_records(found.runs, progress), key=lambda r: r["run_dir"])
+    use_cache = cache if cache is not None else cache_dir is not None
+    store = AuditCache(cache_dir) if use_cache else None
+    try:
+        records = run_fleet(found.runs, jobs=jobs, cache=store, progress=progress)
+    finally:
+        if store is not None:
+            store.close()
+    runs = sorted(records, key=lambda r: r["run_dir"])
     skipped = [{"path": s.path, "reason": s.reason} for s in found.skipped]
     return AuditResult(runs=runs, skipped=skipped, root_used=found.root_used)

@@ -462,12 +462,12 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
     tip = [alt.Tooltip("run_id:N"), alt.Tooltip("seq:Q", title="sequence"), "lane:N",
            "name:N", "outcome:N", alt.Tooltip("start_s:Q", title="start s"),
            alt.Tooltip("dur_s:Q", title="duration s")]
-    height_step = 22 if shown > 1 else 40
+    height_step = 4 if shown > 1 else 14  # per lane (5 lanes per run row)
     base = alt.Chart(_values(seg))
     x_main = alt.X("start_s:Q", title="seconds since run start",
                    scale=alt.Scale(domain={"param": "zoom"}) if shown > 1 else alt.Undefined)
     y = alt.Y("run:N", title=None, sort=alt.EncodingSortField("run", order="ascending"))
-    bars = base.mark_bar().encode(
+    bars = base.mark_bar(clip=True).encode(
         x=x_main, x2="end_s:Q", y=y,
         yOffset=alt.YOffset("lane:N", sort=order, scale=alt.Scale(domain=order)),
         color=color,
@@ -475,7 +475,7 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
         tooltip=tip)
     # Tool outcomes as points at the completion time (visible even for sub-ms calls).
     tools = base.transform_filter(alt.datum.lane == "tool").mark_point(
-        filled=True, size=28, strokeWidth=0.5, stroke="#222").encode(
+        filled=True, size=28, strokeWidth=0.5, stroke="#222", clip=True).encode(
         x=alt.X("end_s:Q", scale=alt.Scale(domain={"param": "zoom"}) if shown > 1
                 else alt.Undefined),
         y=y, yOffset=alt.YOffset("lane:N", sort=order, scale=alt.Scale(domain=order)),
@@ -484,9 +484,7 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
                                                 "not_executed", "in_flight", "not_started"],
                                         range=["circle", "cross", "square", "diamond",
                                                "triangle-down", "triangle-up", "stroke"])),
-        color=alt.Color("series:N", scale=alt.Scale(domain=list(SEGMENT_COLORS),
-                                                    range=list(SEGMENT_COLORS.values())),
-                        legend=None),
+        color=color,
         opacity=alt.condition(run_sel, alt.value(1.0), alt.value(0.25)),
         tooltip=tip)
     main = (alt.layer(bars, tools).add_params(run_sel)
@@ -496,9 +494,7 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
         return main
     overview = (base.mark_tick(thickness=1, opacity=0.6)
                 .encode(x=alt.X("start_s:Q", title="drag to zoom the timeline above"),
-                        color=alt.Color("series:N", legend=None,
-                                        scale=alt.Scale(domain=list(SEGMENT_COLORS),
-                                                        range=list(SEGMENT_COLORS.values()))))
+                        color=color)
                 .add_params(brush)
                 .properties(width=760, height=40))
     return alt.vconcat(main, overview).resolve_scale(color="shared")
@@ -828,8 +824,9 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
         tooltip=["run_id:N", alt.Tooltip("sequence:Q", title="sequence"), "event_type:N",
                  "elapsed_s:Q", "charged_s:Q", alt.Tooltip("used_frac:Q", format=".1%")]
     ).add_params(sel)
-    band = alt.Chart(_values(bands)).mark_rect(opacity=0.25).encode(
+    band = alt.Chart(_values(bands)).mark_rect().encode(
         x="from_s:Q", x2="to_s:Q",
+        opacity=alt.condition(sel, alt.value(0.22), alt.value(0.03)),
         color=alt.Color("band:N", scale=alt.Scale(domain=["approval wait", "resume downtime"],
                                                   range=["#ffd166", "#ef476f"]),
                         title="shaded"),
@@ -968,8 +965,9 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
             "Final tokens / max_total_tokens", subtitle=f"all {with_budget.height} runs "
             "with a token budget", anchor="start"))
             .mark_bar().encode(
-                x=alt.X("from_f:Q", bin="binned", title="fraction of budget",
-                        axis=alt.Axis(format="%")), x2="to_f:Q",
+                x=alt.X("from_f:Q", bin="binned", title="fraction of budget (last bin: ≥150%)",
+                        axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1.6])),
+                x2="to_f:Q",
                 y=alt.Y("runs:Q", title="runs"),
                 color=alt.Color("status:N", scale=alt.Scale(domain=["within", "over budget"],
                                                             range=["#4c9be8", "#d62728"])),
@@ -1094,7 +1092,7 @@ def fork_points(*, runs: pl.DataFrame, forks: pl.DataFrame | None = None,
                        on="source_run_dir", how="inner")
                  .select("fork_run", "fork_id", "source_run", "source_id",
                          "fork_point_sequence"))
-    y = alt.Y("run:N", sort=order, title=None)
+    y = alt.Y("run:N", sort=order, title=None, scale=alt.Scale(domain=order))
     kind_scale = alt.Scale(domain=["native", "fork", "subagent", "external"],
                            range=["#7f7f7f", "#8e44ad", "#17becf", "#bcbd22"])
     span = alt.Chart(_values(spans)).mark_rule(strokeWidth=3, opacity=0.6).encode(
@@ -1116,14 +1114,16 @@ def fork_points(*, runs: pl.DataFrame, forks: pl.DataFrame | None = None,
     if link_rows.height:
         layers.append(alt.Chart(_values(link_rows)).mark_rule(
             color="#8e44ad", strokeWidth=2).encode(
-            x="fork_point_sequence:Q", y=alt.Y("source_run:N", sort=order, title=None),
+            x="fork_point_sequence:Q",
+            y=alt.Y("source_run:N", sort=order, title=None, scale=alt.Scale(domain=order)),
             y2="fork_run:N",
             tooltip=[alt.Tooltip("fork_id:N", title="fork run_id"),
                      alt.Tooltip("source_id:N", title="source run_id"),
                      alt.Tooltip("fork_point_sequence:Q", title="fork sequence")]))
         layers.append(alt.Chart(_values(link_rows)).mark_point(
             shape="circle", size=80, filled=True, color="#8e44ad").encode(
-            x="fork_point_sequence:Q", y=alt.Y("source_run:N", sort=order, title=None),
+            x="fork_point_sequence:Q",
+            y=alt.Y("source_run:N", sort=order, title=None, scale=alt.Scale(domain=order)),
             tooltip=[alt.Tooltip("fork_id:N", title="fork run_id"),
                      alt.Tooltip("source_id:N", title="source run_id"),
                      alt.Tooltip("fork_point_sequence:Q", title="fork sequence")]))

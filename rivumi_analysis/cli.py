@@ -39,6 +39,13 @@ def _build_parser() -> argparse.ArgumentParser:
     a.add_argument("--fail-on", default="", metavar="VERDICT,...",
                    help="exit 1 when any run has one of these verdicts")
     a.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
+    a.add_argument("--no-cache", action="store_true",
+                   help="do not read or write the incremental cache")
+    a.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="cache directory (default: $RIVUMI_ANALYSIS_CACHE_DIR or "
+                        "~/.cache/rivumi-analysis); never inside a run directory")
+    a.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="worker processes (default: one per core; 1: no pool)")
     a.set_defaults(handler=cmd_audit)
 
     s = sub.add_parser("schema", help="print a JSON Schema shipped with the package")
@@ -52,6 +59,12 @@ def _build_parser() -> argparse.ArgumentParser:
     from .replay import add_subparsers as _add_replay_subparsers  # replay helper (issue 4)
 
     _add_replay_subparsers(sub)  # replay, fork-seed
+    from .report import add_subparser as _add_report_subparser  # charts helper (issue 5)
+
+    _add_report_subparser(sub)  # report
+    from .export import add_subparser as _add_export_subparser  # performance helper (issue 6)
+
+    _add_export_subparser(sub)  # export
     return p
 
 
@@ -86,7 +99,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"rivumi-analysis audit: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     fmt = args.format or ("table" if sys.stdout.isatty() else "json")
-    result = _run_audit(paths, args.max_depth)
+    if args.jobs is not None and args.jobs < 1:
+        print("rivumi-analysis audit: error: --jobs must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    result = _run_audit(paths, args.max_depth, cache=not args.no_cache,
+                        cache_dir=args.cache_dir, jobs=args.jobs)
     out = sys.stdout
     if fmt == "json":
         out.write(json.dumps(result.to_json_obj(), ensure_ascii=False, indent=1) + "\n")
@@ -105,7 +122,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run_audit(paths: list[str], max_depth: int) -> Any:
+def _run_audit(paths: list[str], max_depth: int, *, cache: bool = False,
+               cache_dir: str | None = None, jobs: int | None = None) -> Any:
     from .audit import audit
 
     progress = None
@@ -116,7 +134,8 @@ def _run_audit(paths: list[str], max_depth: int) -> Any:
         bar = tqdm(unit="run", desc="auditing", file=sys.stderr, leave=False)
         progress = bar.update
     try:
-        return audit(paths, max_depth=max_depth, progress=progress)
+        return audit(paths, max_depth=max_depth, progress=progress, jobs=jobs, cache=cache,
+                     cache_dir=cache_dir)
     finally:
         if bar is not None:
             bar.close()

@@ -32,8 +32,13 @@ _WORDS = ("def", "return", "self", "import", "value", "items", "for", "in", "if"
           "len", "range", "str", "int", "dict", "list", "open", "with", "as", "yield")
 
 
+_POOLS: dict[int, list[str]] = {}
+
+
 def _text_pool(seed: int, n: int = 48) -> list[str]:
-    """Seeded code-like text blocks of varied length (cheap to reuse across steps)."""
+    """Seeded code-like text blocks of varied length (cached: cheap to reuse across runs)."""
+    if seed in _POOLS:
+        return _POOLS[seed]
     rng = random.Random(seed)
     pool = []
     for _ in range(n):
@@ -45,6 +50,7 @@ def _text_pool(seed: int, n: int = 48) -> list[str]:
             lines.append(ln)
             total += len(ln) + 1
         pool.append("\n".join(lines) + "\n")
+    _POOLS[seed] = pool
     return pool
 
 
@@ -109,9 +115,10 @@ def _write_run(args: tuple[str, int, int, int, int]) -> int:
     profile = "m4" if rng.random() < 0.2 else "current"
     b = Build("corpus", seed * 1_000_003 + index, profile=profile, max_steps=10_000,
               wall=86_400.0)
-    pool = _text_pool(seed * 7 + index % 16)
-    # ~7 KB on disk per working step (events + its share of session/checkpoint).
-    steps = max(1, int(target_bytes * rng.lognormvariate(0, 0.35) / 7_000))
+    pool = _text_pool(seed)
+    # ~13 KB on disk per working step (events plus the message copies in session.json and
+    # checkpoint.json); the lognormal factor gives the realistic spread between runs.
+    steps = max(1, int(target_bytes * rng.lognormvariate(-0.06, 0.35) / 12_000))
     ending = rng.choices(["verified", "no_changes", "wall_time", "crash"], [70, 10, 10, 10])[0]
     script = {"name": "corpus", "profile": profile, "seed": b.seed, "run_id": b.run_id,
               "clock": {"start": b.ops and _start(b), "mono": 0.0}, "ops": []}
@@ -136,7 +143,7 @@ def _dir_size(path: str) -> int:
 
 
 def generate_corpus(out: str, *, runs: int, target_mb: float, seed: int = 0,
-                    manifest_every: int = 25, workers: int | None = None) -> int:
+                    manifest_every: int = 100, workers: int | None = None) -> int:
     """Write ``runs`` runs totalling about ``target_mb`` MB into ``out`` (wiped first).
 
     Returns:
@@ -197,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{time.perf_counter() - t0:.1f}s")
         return 0
     total = generate_corpus(args.out, runs=args.runs, target_mb=args.target_mb, seed=args.seed,
-                            manifest_every=args.manifest_every or 25, workers=args.workers)
+                            manifest_every=args.manifest_every or 100, workers=args.workers)
     print(f"wrote {args.runs} runs, {total / 1024 / 1024:.1f} MiB in "
           f"{time.perf_counter() - t0:.1f}s to {args.out}")
     return 0

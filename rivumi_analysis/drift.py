@@ -7,11 +7,12 @@ reconciles the log with the manifest:
 
 * on a **match**, the rule the reducer had to apply for the values to agree where a naive
   replay would not (``resume_resets_repeat_count``, ``continuation_resets_repeat_guard``,
-  ``m4_charges_approval_waits``, ``resume_downtime_charged``); null when no rule was needed;
+  ``m4_charges_approval_waits``, ``resume_downtime_charged``, ``clock_running_at_crash``,
+  ``guard_counts_unlogged_calls``); null when no rule was needed;
 * on a **mismatch**, the rule that accounts for the difference (``manifest_ahead_by_one``,
+  ``events_rejected``,
   ``usage_includes_unlogged_lanes``, ``usage_includes_budget_crossing_call``,
-  ``fingerprint_unknown``, ``read_only_batch_lookahead``, ``clock_running_at_crash``,
-  ``phase_changes_unlogged``); null with ``unexplained=True`` when none does.
+  ``fingerprint_unknown``, ``read_only_batch_lookahead``, ``phase_changes_unlogged``); null with ``unexplained=True`` when none does.
 
 A clean run shows no unexplained drift. Runs without a manifest (external runs, missing or
 invalid ``session.json``) have no rows.
@@ -52,6 +53,8 @@ EXPLANATIONS: Mapping[str, str] = {
     "continuation_resets_repeat_guard": "a continuation resets fingerprint and repeat_count (§8.1, §9.6)",
     "m4_charges_approval_waits": "M4-era runners did not pause the wall clock during approvals (§8.3)",
     "resume_downtime_charged": "the whole outage before a resume is charged when the clock was running (§8.3)",
+    "guard_counts_unlogged_calls": "the guard also counted calls the model made that never got a tool.requested (the tripping call, §8.1)",
+    "events_rejected": "the reducer rejected events (duplicate sequences, §2.4 emit race), so the log cannot reproduce the manifest",
     "manifest_ahead_by_one": "session.json was saved for an event that was never appended (§1.4)",
     "usage_includes_unlogged_lanes": "manifest usage includes model calls with no usage event (wind-down lane, §8.2/§9.1)",
     "usage_includes_budget_crossing_call": "the primary call that crossed the token budget has no model.completed (§9.1)",
@@ -90,8 +93,6 @@ def _naive_guard(rr: RunReplay) -> tuple[int, str | None]:
         fp = fingerprint(t.event.data.get("name"), t.event.data.get("arguments", {}))
         count = count + 1 if fp == last else 1
         last = fp
-    if rr.final.terminal_reason == "repeated_action" and last is not None:
-        count += 1
     return count, last
 
 
@@ -167,6 +168,8 @@ def _explain(name: str, ok: bool, rr: RunReplay, types: set[str], ahead: bool,
              crash_extended: bool) -> str | None:
     s = rr.final
     if ok:
+        if name in ("repeat_count", "last_action_fingerprint") and s.unlogged_guard_calls:
+            return "guard_counts_unlogged_calls"
         if name == "repeat_count" and naive_count != s.repeat_count:
             if "session.continued" in types:
                 return "continuation_resets_repeat_guard"
@@ -183,6 +186,8 @@ def _explain(name: str, ok: bool, rr: RunReplay, types: set[str], ahead: bool,
         return None
     if ahead:
         return "manifest_ahead_by_one"
+    if any(t.rejected for t in rr.transitions):
+        return "events_rejected"
     if name.startswith("usage."):
         if "loop.wind_down_started" in types or _model_usage_has(rr.run, "wind_down"):
             return "usage_includes_unlogged_lanes"

@@ -232,6 +232,10 @@ class RunState:
     fingerprint_key: str | None = None  # comparable stand-in when the real one is unknown
     repeat_count: int = 0
     fingerprint_unknown: bool = False
+    last_call_name: Any = None
+    # tool names of the latest model.completed not yet seen as tool.requested/Unknown tool
+    pending_calls: tuple[Any, ...] = ()
+    unlogged_guard_calls: int = 0
     # side effects and approvals
     tools_in_flight: frozenset[str] = frozenset()
     verifications_in_flight: frozenset[str] = frozenset()
@@ -340,16 +344,45 @@ def _close_approval(s: RunState, request_id: Any, when: datetime | None,
         "approval_wait_turn_seconds", s.approval_wait_turn_seconds) + waited
 
 
+def _get(s: RunState, changes: dict[str, Any], name: str) -> Any:
+    return changes[name] if name in changes else getattr(s, name)
+
+
 def _repeat(s: RunState, key: str, real: str | None, unknown: bool,
-            changes: dict[str, Any]) -> None:
+            changes: dict[str, Any], name: Any) -> None:
     """§8.1 for one evaluated tool call: same key → count + 1, else key replaces, count 1."""
-    if s.fingerprint_key is not None and key == s.fingerprint_key:
-        changes["repeat_count"] = s.repeat_count + 1
+    last_key = _get(s, changes, "fingerprint_key")
+    if last_key is not None and key == last_key:
+        changes["repeat_count"] = _get(s, changes, "repeat_count") + 1
     else:
         changes["repeat_count"] = 1
     changes["fingerprint_key"] = key
     changes["last_fingerprint"] = real
     changes["fingerprint_unknown"] = unknown
+    changes["last_call_name"] = name
+    pending = list(_get(s, changes, "pending_calls"))
+    if name in pending:
+        pending.remove(name)
+        changes["pending_calls"] = tuple(pending)
+
+
+def _settle_pending(s: RunState, changes: dict[str, Any], seq: int) -> None:
+    """Calls the model asked for that never reached the log were still evaluated by the guard
+    (§8.1: the tripping call gets no ``tool.requested``). A call named like the previous one is
+    taken to repeat it (that is what trips the guard); any other name has an unknown
+    fingerprint."""
+    pending = s.pending_calls
+    if not pending:
+        return
+    for i, name in enumerate(pending):
+        if _get(s, changes, "fingerprint_key") is not None and name == _get(
+                s, changes, "last_call_name"):
+            changes["repeat_count"] = _get(s, changes, "repeat_count") + 1
+        else:
+            key = "unlogged:" + fingerprint(name, {"sequence": seq, "index": i})
+            _repeat(s, key, None, True, changes, name)
+    changes["pending_calls"] = ()
+    changes["unlogged_guard_calls"] = s.unlogged_guard_calls + len(pending)
 
 
 def _evolve(state: RunState, changes: dict[str, Any]) -> RunState:
@@ -407,6 +440,7 @@ def apply_event(state: RunState, event: ReducerEvent) -> Transition:
     elif et == "session.resumed":
         c["resume_count"] = s.resume_count + 1
         c["repeat_count"] = 0  # §6 step 11: the count is not restored; the fingerprint is
+        c["pending_calls"] = ()
         c["phase"] = "running"
         gap = _seconds(s.last_time, when) or 0.0
         c["resume_downtime_seconds"] = s.resume_downtime_seconds + max(0.0, gap)
@@ -426,12 +460,14 @@ def apply_event(state: RunState, event: ReducerEvent) -> Transition:
     elif et == "session.continued":
         c.update(
             continuation_index=s.continuation_index + 1, repeat_count=0, last_fingerprint=None,
-            fingerprint_key=None, fingerprint_unknown=False, phase="running", terminal=False,
+            fingerprint_key=None, fingerprint_unknown=False, last_call_name=None,
+            pending_calls=(), phase="running", terminal=False,
             turn_start_step=s.step, turn_started_at=when, approval_wait_turn_seconds=0.0,
             downtime_in_approval_turn_seconds=0.0, open_approvals=(),
             tools_in_flight=frozenset(), verifications_in_flight=frozenset(),
         )
     elif et == "model.requested":
+        _settle_pending(s, c, seq)
         step = data.get("step")
         if isinstance(step, int) and not isinstance(step, bool):
             c["step"] = step
@@ -440,6 +476,9 @@ def apply_event(state: RunState, event: ReducerEvent) -> Transition:
         c["verification_round_open"] = False
     elif et == "model.completed":
         c["model_completions"] = s.model_completions + 1
+        calls = data.get("tool_calls")
+        if isinstance(calls, list):
+            c["pending_calls"] = tuple(n for n in calls if isinstance(n, str | int | float))
         c["usage"] = s.usage.add(data.get("usage"))
         c["usage_primary"] = s.usage_primary.add(data.get("usage"))
     elif et == "model.failed":
@@ -455,10 +494,10 @@ def apply_event(state: RunState, event: ReducerEvent) -> Transition:
             # Same stub hash + same name means same arguments, so the count stays exact even
             # though the real fingerprint cannot be rebuilt.
             key = "omitted:" + fingerprint(name, {"sha256": args.get("sha256")})
-            _repeat(s, key, None, True, c)
+            _repeat(s, key, None, True, c, name)
         else:
             fp = fingerprint(name, args if args is not None else {})
-            _repeat(s, fp, fp, False, c)
+            _repeat(s, fp, fp, False, c, name)
     elif et == "tool.started":
         c["tool_starts"] = s.tool_starts + 1
         tcid = _str(data.get("tool_call_id")) or f"#{seq}"
@@ -471,7 +510,7 @@ def apply_event(state: RunState, event: ReducerEvent) -> Transition:
         if isinstance(err, str) and err.startswith(_UNKNOWN_TOOL_PREFIX):
             # The guard evaluated this call but its arguments never reached the log.
             key = "unknown:" + fingerprint(data.get("name"), {"tool_call_id": tcid})
-            _repeat(s, key, None, True, c)
+            _repeat(s, key, None, True, c, data.get("name"))
     elif et == "approval.requested":
         rid = _str(data.get("request_id")) or f"#{seq}"
         c["open_approvals"] = s.open_approvals + ((rid, when),)
@@ -484,7 +523,6 @@ def apply_event(state: RunState, event: ReducerEvent) -> Transition:
         name = data.get("name")
         c["verifications_in_flight"] = s.verifications_in_flight | {
             name if isinstance(name, str) else f"#{seq}"}
-        c["phase"] = "verifying"
     elif et in ("verification.completed", "verification.reused"):
         name = data.get("name")
         c["verifications_in_flight"] = s.verifications_in_flight - {name}
@@ -492,16 +530,15 @@ def apply_event(state: RunState, event: ReducerEvent) -> Transition:
         prev = s.verification if s.verification_round_open else ()
         c["verification"] = prev + (outcome,)
         c["verification_round_open"] = True
-        c["phase"] = "verifying"
+    elif et == "loop.wind_down_started":
+        _settle_pending(s, c, seq)
     elif et in _TERMINAL:
+        _settle_pending(s, c, seq)
         c["phase"] = _TERMINAL[et]
         c["terminal"] = True
         c["terminal_event_type"] = et
         reason = _str(data.get("terminal_reason"))
         c["terminal_reason"] = reason
-        if reason == "repeated_action" and s.fingerprint_key is not None:
-            # The tripping call is evaluated but never logged (§8.1): count it here.
-            c["repeat_count"] = s.repeat_count + 1
     return Transition(event, _evolve(s, c), None)
 
 
@@ -657,6 +694,7 @@ def state_row(state: RunState, *, charge_approval_waits: bool,
         "repeat_count": state.repeat_count,
         "repeat_trip_distance": state.repeat_trip_distance,
         "fingerprint_unknown": state.fingerprint_unknown,
+        "unlogged_guard_calls": state.unlogged_guard_calls,
         "side_effects_in_flight": state.side_effects_in_flight,
         "open_approvals": len(state.open_approvals),
         "phase": state.phase,

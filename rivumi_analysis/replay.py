@@ -193,14 +193,20 @@ def read_events_bytes(run_dir: str | os.PathLike[str]) -> bytes:
 
 def _split_chunks(chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
     """Physical lines (without ``\\n``) and whether each had one, like iterating ``rb``."""
-    pending = b""
+    parts: list[bytes] = []  # pieces of the current line (no quadratic concatenation)
     for chunk in chunks:
-        pending += chunk
-        *complete, pending = pending.split(b"\n")
-        for raw in complete:
+        pieces = chunk.split(b"\n")
+        if len(pieces) == 1:
+            parts.append(chunk)
+            continue
+        parts.append(pieces[0])
+        yield b"".join(parts), True
+        for raw in pieces[1:-1]:
             yield raw, True
-    if pending:
-        yield pending, False
+        parts = [pieces[-1]]
+    tail = b"".join(parts)
+    if tail:
+        yield tail, False
 
 
 def _load_line(raw: bytes, has_newline: bool, line_no: int) -> dict[str, Any] | None:

@@ -394,6 +394,7 @@ class Driver:
         """Force a manifest save (corpus fast mode, before a simulated crash)."""
         assert self.w is not None
         self.w.save_manifest()
+        self.w.release()
 
     def op_crash(self, *, pins: Any) -> None:
         """The process dies here: no ``finally``, the lock file and clock stay as they are."""

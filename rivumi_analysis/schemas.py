@@ -292,6 +292,7 @@ class StatesSchema(_Base):
     repeat_count: pl.Int64 = pa.Field(ge=0)
     repeat_trip_distance: pl.Int64 = pa.Field(ge=0, le=3)
     fingerprint_unknown: pl.Boolean
+    unlogged_guard_calls: pl.Int64 = pa.Field(ge=0)
     side_effects_in_flight: pl.Int64 = pa.Field(ge=0)
     open_approvals: pl.Int64 = pa.Field(ge=0)
     phase: pl.Utf8 = pa.Field(isin=["created", "preparing", "running", "waiting_approval",

@@ -70,6 +70,7 @@ STATE_COLUMNS: dict[str, pl.DataType] = {
     "repeat_count": pl.Int64(),
     "repeat_trip_distance": pl.Int64(),
     "fingerprint_unknown": pl.Boolean(),
+    "unlogged_guard_calls": pl.Int64(),
     "side_effects_in_flight": pl.Int64(),
     "open_approvals": pl.Int64(),
     "phase": pl.Utf8(),

@@ -25,8 +25,8 @@ from pydantic import ValidationError
 from ._decode import BOM, RUN_EVENT_KEYS
 from ._io import RUNNER_FILE_LIMIT
 from ._models import (
-    TERMINAL_PHASES,
     MANIFEST_KNOWN_KEYS,
+    TERMINAL_PHASES,
     RunEvent,
     SessionManifest,
     TaskContract,
@@ -276,19 +276,25 @@ def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
         t = quarantined[-1]
         c.reason("torn_tail", f"{where}:{t.line_no}:{t.byte_offset}: partial final line "
                  f"({t.byte_length} bytes, no newline); hint: the writer was killed mid-append")
-    # (index among non-blank pieces, event) for every piece resume's reading accepts
-    pieces_ok = _resume_pieces(run, data, c, where)
+    _resume_pieces(run, data, c, where)
     seqs = [e.sequence for e in run.events]
     if len(set(seqs)) != len(seqs):
         dup = next(s for s in seqs if seqs.count(s) > 1)
         e = next(e for e in run.events if e.sequence == dup and seqs.count(dup) > 1)
         c.reason("duplicate_sequence", f"{where}: sequence {dup} appears more than once "
                  f"(first at line {e.line_no}); hint: an emit without the lock (§2.4 hazard)")
-    for i, e in pieces_ok:
-        if e.sequence != i:
+    # Contiguity is a fact about the file: the i-th non-blank line must carry sequence i.
+    by_line = {e.line_no: e for e in run.events}
+    index = 0
+    for ln in run.lines:
+        if ln.status == "blank":
+            continue
+        e = by_line.get(ln.line_no)
+        if e is not None and e.sequence != index:
             c.reason("sequence_not_contiguous", f"{where}:{e.line_no}:{e.byte_offset}: line "
-                     f"{i} of the log has sequence {e.sequence}; resume needs {i}")
+                     f"{index} of the log has sequence {e.sequence}; resume needs {index}")
             break
+        index += 1
     if manifest is not None:
         for e in run.events:
             if isinstance(e.run_id, str) and e.run_id != manifest.run_id:
@@ -303,89 +309,41 @@ def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
     return run.events[-1].sequence if run.events else -1
 
 
-def _resume_pieces(run: RunData, data: bytes, c: _Collector,
-                   where: str) -> list[tuple[int, Event]]:
-    """Resume's reading: UTF-8 text, ``str.splitlines()``, strict RunEvent per piece.
+def _resume_pieces(run: RunData, data: bytes, c: _Collector, where: str) -> None:
+    """Resume's reading (§12): strict UTF-8 text, ``str.splitlines()``, RunEvent per piece.
 
-    Fast path: when nothing in the file makes ``splitlines`` differ from splitting at LF (no
-    BOM, no exotic separators, valid UTF-8), resume's pieces are the non-blank physical
-    lines, already decoded.
+    Every non-blank physical line is checked as RunEvent would check it; on top of that, a
+    BOM, invalid UTF-8 anywhere, or a raw separator that ``splitlines`` splits on makes the
+    text reading itself fail.
     """
-    exotic = data.startswith(BOM) or any(
-        "line_separator_split" in ln.warnings for ln in run.lines)
-    invalid_utf8 = any(ln.reason == "invalid_utf8" or (
-        ln.reason == "torn_tail" and "UTF-8" in (ln.message or "")) for ln in run.lines)
-    if invalid_utf8:
-        c.reason("invalid_event_line", f"{where}: not valid UTF-8; resume reads the file as "
-                 "strict UTF-8 text and fails")
-        exotic = True
-    if not exotic:
-        out: list[tuple[int, Event]] = []
-        by_line = {e.line_no: e for e in run.events}
-        index = 0
-        for ln in run.lines:
-            if ln.status == "blank":
-                continue
-            e = by_line.get(ln.line_no)
-            if e is None:
-                if ln.reason != "torn_tail":
-                    c.reason("invalid_event_line", f"{where}:{ln.line_no}:{ln.byte_offset}: "
-                             f"{ln.reason}: {ln.message}")
-            elif "event_extra_key" in e.warnings:
-                extra = sorted(set(e.obj) - RUN_EVENT_KEYS)
-                c.reason("event_extra_key", f"{where}:{ln.line_no}:{ln.byte_offset}: unknown "
-                         f"top-level key(s) {', '.join(extra)}; RunEvent forbids extra keys")
-            elif "invalid_event_line" in e.warnings:
-                c.reason("invalid_event_line", f"{where}:{ln.line_no}:{ln.byte_offset}: fails "
-                         f"RunEvent: {_run_event_error(e.obj)}")
-            else:
-                out.append((index, e))
-            index += 1
-        return out
-    # Slow, literal path (rare): exactly what SessionStore._validate_events does.
+    by_line = {e.line_no: e for e in run.events}
+    for ln in run.lines:
+        if ln.status == "blank":
+            continue
+        e = by_line.get(ln.line_no)
+        if e is None:
+            if ln.reason not in ("torn_tail", "invalid_utf8"):
+                c.reason("invalid_event_line", f"{where}:{ln.line_no}:{ln.byte_offset}: "
+                         f"{ln.reason}: {ln.message}")
+        elif "event_extra_key" in e.warnings:
+            extra = sorted(set(e.obj) - RUN_EVENT_KEYS)
+            c.reason("event_extra_key", f"{where}:{ln.line_no}:{ln.byte_offset}: unknown "
+                     f"top-level key(s) {', '.join(extra)}; RunEvent forbids extra keys")
+        elif "invalid_event_line" in e.warnings:
+            c.reason("invalid_event_line", f"{where}:{ln.line_no}:{ln.byte_offset}: fails "
+                     f"RunEvent: {_run_event_error(e.obj)}")
+    bad_utf8 = next((ln for ln in run.lines if ln.reason == "invalid_utf8" or (
+        ln.reason == "torn_tail" and "UTF-8" in (ln.message or ""))), None)
+    if bad_utf8 is not None:
+        c.reason("invalid_event_line", f"{where}:{bad_utf8.line_no}:{bad_utf8.byte_offset}: not "
+                 "valid UTF-8; resume reads the whole file as strict UTF-8 text and fails")
     if data.startswith(BOM):
         c.reason("bom", f"{where}:1:0: the file starts with a UTF-8 BOM; resume's text reader "
                  "keeps it, so line 1 is not valid JSON")
-    if any("line_separator_split" in ln.warnings for ln in run.lines):
-        ln = next(ln for ln in run.lines if "line_separator_split" in ln.warnings)
-        c.reason("line_separator_split", f"{where}:{ln.line_no}:{ln.byte_offset}: a raw "
+    split = next((ln for ln in run.lines if "line_separator_split" in ln.warnings), None)
+    if split is not None:
+        c.reason("line_separator_split", f"{where}:{split.line_no}:{split.byte_offset}: a raw "
                  "U+2028/U+2029/NEL (or other splitlines separator) splits this line for resume")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return []
-    pieces = [p for p in text.splitlines() if p.strip()]
-    out = []
-    events_iter = {e.line_no: e for e in run.events}
-    # Map each valid piece back to its physical line by re-decoding its offset.
-    offsets = _piece_line_numbers(text, data)
-    for i, piece in enumerate(pieces):
-        try:
-            ev = RunEvent.model_validate_json(piece)
-        except ValidationError:
-            continue
-        except Exception:
-            continue
-        line_no = offsets.get(i)
-        e = events_iter.get(line_no) if line_no is not None else None
-        if e is not None and e.sequence == ev.sequence:
-            out.append((i, e))
-    return out
-
-
-def _piece_line_numbers(text: str, data: bytes) -> dict[int, int]:
-    """Map non-blank ``splitlines`` piece index -> physical line number of its start."""
-    out: dict[int, int] = {}
-    pos = 0
-    idx = 0
-    for piece in text.splitlines(keepends=True):
-        body = piece.rstrip("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
-        if body.strip():
-            line_no = text.count("\n", 0, pos) + 1
-            out[idx] = line_no
-            idx += 1
-        pos += len(piece)
-    return out
 
 
 def _run_event_error(obj: dict[str, Any]) -> str:
@@ -440,9 +398,11 @@ def _auditor_warnings(run: RunData, c: _Collector, manifest: SessionManifest | N
             if tcid not in started and e.data.get("preview") is not None:
                 c.warn("tool_unpaired", f"{where}:{e.line_no}:{e.byte_offset}: tool.completed "
                        f"for {tcid} has no tool.started")
-    last = events[-1] if events else None
+    # Unclosed pairs are anomalies only when the run moved on past them (a later model step or
+    # terminal event); at the tail they are what a crash leaves, which the verdict covers.
+    moved_on_after = _moved_on_index(events)
     for tcid, e in started.items():
-        if tcid not in completed and e is not last:
+        if tcid not in completed and moved_on_after(e):
             c.warn("tool_unpaired", f"{where}:{e.line_no}:{e.byte_offset}: tool.started for "
                    f"{tcid} never completed")
             break
@@ -460,18 +420,19 @@ def _auditor_warnings(run: RunData, c: _Collector, manifest: SessionManifest | N
                 c.warn("approval_unpaired", f"{where}:{e.line_no}:{e.byte_offset}: "
                        f"approval.resolved {rid} has no approval.requested")
     open_requests = [rid for rid in requested if rid not in closed]
-    # An approval still open at the tail is a run waiting for a decision, not an anomaly.
     pending = manifest.pending_action if manifest is not None else None
     for rid in open_requests:
-        if pending is None or pending.request_id != rid:
+        if moved_on_after(requested[rid]):
             e = requested[rid]
             c.warn("approval_unpaired", f"{where}:{e.line_no}:{e.byte_offset}: approval "
                    f"{rid} was never resolved")
             break
     if pending is not None and not ahead:
         known = {e.data.get("request_id") for e in events if e.event_type.startswith("approval.")}
+        # pending_action is cleared by the first save after the start is durable, so it may
+        # still be set when the start is the log's last event (a crash right after it).
         action_started = any(
-            e.event_type in SIDE_EFFECT_STARTS and (
+            e.event_type in SIDE_EFFECT_STARTS and e is not events[-1] and (
                 e.data.get("tool_call_id") == pending.action_id
                 or f"verification:{e.data.get('name')}" == pending.action_id)
             for e in events
@@ -505,6 +466,16 @@ def _auditor_warnings(run: RunData, c: _Collector, manifest: SessionManifest | N
         if isinstance(budget, (int, float)) and manifest.active_wall_time_seconds > budget + 1.0:
             c.warn("wall_time_over_budget", f"{run.run_dir}/session.json active_wall_time_seconds"
                    f" {manifest.active_wall_time_seconds:.1f} > limit {budget}")
+
+
+def _moved_on_index(events: list[Event]):
+    """``f(event) -> bool``: whether a model step or terminal event follows ``event``."""
+    last_progress = -1
+    for i, e in enumerate(events):
+        if e.event_type == "model.requested" or e.event_type in TERMINAL_RUN_EVENTS:
+            last_progress = i
+    position = {id(e): i for i, e in enumerate(events)}
+    return lambda e: position.get(id(e), len(events)) < last_progress
 
 
 def _request_seq(events: list[Event], request_id: str) -> int:

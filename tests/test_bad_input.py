@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from rivumi_analysis import events_df, quarantine_df
-from rivumi_analysis._snapshot import read_run
 from rivumi_analysis.audit import audit_run
 from tests.conftest import (
     EXAMPLE_ID,

@@ -80,12 +80,22 @@ def test_repeat_guard_resume_and_continuation():
 
 
 def test_repeated_action_trip_counts_the_unlogged_call():
-    log = Log().add("run.created").tool("a", "shell", {"cmd": "ls"}).tool("b", "shell",
-                                                                          {"cmd": "ls"})
+    log = Log().add("run.created").model(1, tool_calls=["shell"]).tool("a", "shell", {"c": 1})
+    log.model(2, tool_calls=["shell"]).tool("b", "shell", {"c": 1})
+    log.model(3, tool_calls=["shell"])  # the third identical call: evaluated, never logged
+    assert _final(log).repeat_count == 2
     log.add("run.failed", terminal_reason="repeated_action")
     s = _final(log)
     assert (s.repeat_count, s.repeat_trip_distance, s.terminal_reason) == (3, 0,
                                                                            "repeated_action")
+    assert s.unlogged_guard_calls == 1 and s.last_fingerprint == fingerprint("shell", {"c": 1})
+
+
+def test_unlogged_call_with_a_new_name_has_unknown_fingerprint():
+    log = Log().add("run.created").model(1, tool_calls=["read_file"]).tool("a", "read_file", {})
+    log.model(2, tool_calls=["shell"]).add("run.failed", terminal_reason="wall_time_exceeded")
+    s = _final(log)
+    assert (s.repeat_count, s.fingerprint_unknown, s.last_fingerprint) == (1, True, None)
 
 
 def test_fingerprint_unknown_omitted_and_unknown_tool():

@@ -254,3 +254,36 @@ def test_cli_non_integer_sequence_is_usage_error(capsysbinary):
     assert info.value.code == 2
     err = capsysbinary.readouterr().err
     assert b"usage:" in err and b"invalid int value" in err
+
+
+# ---------------------------------------------------------------------------- streaming reader
+def _outcome(fn):
+    try:
+        return ("ok", replay.canonical_json(fn()))
+    except ReplayRefused as exc:
+        return ("refused", exc.message)
+
+
+@given(st.sampled_from(REFUSALS + ACCEPTS + ["__example__"]), st.lists(st.integers(1, 70000),
+                                                                       max_size=6))
+@settings(max_examples=120, deadline=None)
+def test_streaming_chunks_match_whole_bytes(name, cuts):
+    path = EXAMPLE if name == "__example__" else FIXTURES / name
+    data = (path / "events.jsonl").read_bytes()
+    bounds = sorted({min(c, len(data)) for c in cuts})
+    chunks = [data[a:b] for a, b in zip([0, *bounds], [*bounds, len(data)], strict=True)]
+    streamed = _outcome(lambda: replay.reduce_normalized(replay._load_normalized(chunks)))
+    assert streamed == _outcome(lambda: replay.replay_bytes(data))
+    # the two-phase public helpers give the same answer as the streaming loader
+    two_phase = _outcome(lambda: replay.reduce_normalized(
+        replay.normalize_events(replay.parse_lines(data))))
+    assert two_phase == streamed
+
+
+def test_replay_verdict_streams_when_loader_did_not_read(tmp_path):
+    run = tmp_path / "r"
+    shutil.copytree(FIXTURES / "duplicate_sequence", run)
+    assert replay.replay_verdict(None, "too_large", str(run)) == (
+        False, "duplicate event sequence: 1")
+    shutil.copy(EXAMPLE / "events.jsonl", run / "events.jsonl")
+    assert replay.replay_verdict(None, "too_large", str(run)) == (True, None)

@@ -58,7 +58,8 @@ class Log:
         self.add("tool.completed", tool_call_id=tcid, name=name, ok=ok, error=None, preview="")
         return self
 
-    def model(self, step: int, usage: dict[str, int] | None = None) -> Log:
+    def model(self, step: int, usage: dict[str, int] | None = None,
+              tool_calls: list[str] | None = None) -> Log:
         self.add("model.requested", step=step)
         u = usage or {"input_tokens": 10, "output_tokens": 5}
         full = {"cached_input_tokens": 0, "reasoning_tokens": 0, "provider_total_tokens": None,
@@ -66,7 +67,8 @@ class Log:
         full["total_tokens"] = (full["provider_total_tokens"]
                                 if full["provider_total_tokens"] is not None
                                 else full["input_tokens"] + full["output_tokens"])
-        self.add("model.completed", step=step, finish_reason="tool_calls", tool_calls=[],
+        self.add("model.completed", step=step, finish_reason="tool_calls",
+                 tool_calls=tool_calls or [],
                  content="", usage=full)
         return self
 

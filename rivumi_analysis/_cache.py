@@ -1,0 +1,466 @@
+"""Incremental audit cache: one consolidated SQLite file outside the sources.
+
+A run's cached audit record is reused only when its *fingerprint* is unchanged. The
+fingerprint covers everything that can change the record:
+
+- the run folder itself (``stat``: device and inode) and its listing (every entry's name, mode,
+  size, ``mtime_ns``, ``ctime_ns``, inode and device, so temp leftovers, subagent folders and
+  files replaced by symlinks all show);
+- the content of ``.writer.lock`` and whether a live process holds it (``/proc/locks``);
+- the run directory string as given, its absolute path, and the subagent/parent linkage;
+- the toolkit version, the audit-record and table schema versions, and a fingerprint of the
+  toolkit's own source files (so a changed rule is never served from an old cache).
+
+When ``events.jsonl`` only grew (same inode), the decoded complete lines of the already-read
+prefix are reused after checking the prefix's size, its final ``\\n`` and a BLAKE2b hash of the
+whole prefix (stronger than a hash of its tail, and cheap next to decoding); decoding resumes at
+the first line that was not complete. Any doubt (no prefix stored, other inode, hash mismatch, a
+corrupt cache row or file, a version change) falls back to a full read, so a warm result always
+equals a cold one. Entries are written only for runs whose files are older than
+:data:`RACY_SECONDS` (a file modified within the timestamp granularity could change again
+without changing its identity), that were read stably (no ``live_changed``, no active writer)
+and whose fingerprint was the same before and after the read.
+
+The toolkit never writes into a run directory: the cache lives in ``$RIVUMI_ANALYSIS_CACHE_DIR``
+or ``${XDG_CACHE_HOME:-~/.cache}/rivumi-analysis`` unless a directory is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+import sqlite3
+import stat
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ._version import __version__
+
+CACHE_FORMAT = 1
+"""Layout of the cache file (bump when the stored rows change shape)."""
+
+RACY_SECONDS = 2.0
+"""Runs with a file modified less than this long ago are audited but not cached."""
+
+PREFIX_MAX_BYTES = 64 * 1024 * 1024
+"""Largest ``events.jsonl`` prefix whose decoded lines are kept for incremental reads."""
+
+_LOCK_READ = 4096
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+_OPEN_FLAGS |= getattr(os, "O_CLOEXEC", 0)
+
+
+def default_cache_dir(environ: dict[str, str] | None = None) -> str:
+    """The user cache directory for this toolkit (never inside a run directory).
+
+    >>> default_cache_dir({"XDG_CACHE_HOME": "/c", "HOME": "/h"})
+    '/c/rivumi-analysis'
+    >>> default_cache_dir({"RIVUMI_ANALYSIS_CACHE_DIR": "/x", "HOME": "/h"})
+    '/x'
+    """
+    env = os.environ if environ is None else environ
+    if env.get("RIVUMI_ANALYSIS_CACHE_DIR"):
+        return env["RIVUMI_ANALYSIS_CACHE_DIR"]
+    base = env.get("XDG_CACHE_HOME") or os.path.join(
+        env.get("HOME") or os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "rivumi-analysis")
+
+
+_CODE_FP: str | None = None
+
+
+def code_fingerprint() -> str:
+    """Toolkit version, schema versions and the identity of the package's source files."""
+    global _CODE_FP
+    if _CODE_FP is None:
+        from .audit import SCHEMA_VERSION
+
+        pkg = os.path.dirname(os.path.abspath(__file__))
+        h = hashlib.blake2b(digest_size=16)
+        h.update(f"{__version__}|{SCHEMA_VERSION}|{TABLE_SCHEMA_VERSION}|{CACHE_FORMAT}".encode())
+        for name in sorted(os.listdir(pkg)):
+            if name.endswith((".py", ".json")) or name == "data":
+                p = os.path.join(pkg, name)
+                paths = ([os.path.join(p, n) for n in sorted(os.listdir(p))]
+                         if os.path.isdir(p) else [p])
+                for q in paths:
+                    st = os.stat(q)
+                    h.update(f"{q}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+        _CODE_FP = h.hexdigest()
+    return _CODE_FP
+
+
+TABLE_SCHEMA_VERSION = 1
+"""Version of the table schemas (see ``export.SCHEMA_VERSION``); part of every cache key."""
+
+
+# --- fingerprints ------------------------------------------------------------------------------
+
+def proc_locked_keys() -> frozenset[str]:
+    """``major:minor:inode`` of every file lock held on this machine (read once per audit)."""
+    from ._snapshot import _proc_locked_inodes
+
+    return frozenset(_proc_locked_inodes() or ())
+
+
+def run_key(run_dir: str, is_subagent: bool, parent_run_dir: str | None) -> str:
+    return "\0".join((os.path.abspath(run_dir), run_dir, "1" if is_subagent else "0",
+                      parent_run_dir if parent_run_dir is not None else "\1"))
+
+
+@dataclass(frozen=True, slots=True)
+class Fingerprint:
+    """What a run's record depends on, as bytes, plus the newest mtime (for the racy check)."""
+
+    blob: bytes
+    newest_mtime_ns: int
+    events_identity: tuple[int, int] | None  # (inode, device) of a regular events.jsonl
+
+
+def fingerprint(run_dir: str, held_keys: frozenset[str]) -> Fingerprint | None:
+    """Fingerprint a run folder (``None`` when it cannot be listed: never cached)."""
+    try:
+        top = os.stat(run_dir)
+        names = sorted(os.listdir(run_dir))
+    except OSError:
+        return None
+    parts: list[Any] = [top.st_dev, top.st_ino, top.st_mode]
+    newest = 0
+    events_identity = None
+    for name in names:
+        try:
+            st = os.lstat(os.path.join(run_dir, name))
+        except OSError:
+            parts.append([name, None])
+            continue
+        parts.append([name, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                      st.st_dev])
+        newest = max(newest, st.st_mtime_ns)
+        if name == "events.jsonl" and stat.S_ISREG(st.st_mode):
+            events_identity = (st.st_ino, st.st_dev)
+        if name == ".writer.lock" and stat.S_ISREG(st.st_mode):
+            from ._snapshot import _lock_key
+
+            parts.append(["lock", _read_small(os.path.join(run_dir, name)),
+                          _lock_key(st.st_dev, st.st_ino) in held_keys])
+    return Fingerprint(msgspec.msgpack.encode(parts), newest, events_identity)
+
+
+def _read_small(path: str) -> str | None:
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, _LOCK_READ).hex()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+# --- the events.jsonl prefix -------------------------------------------------------------------
+
+@dataclass(slots=True)
+class EventsPrefix:
+    """Decoded complete lines of an ``events.jsonl`` prefix (``Line.raw`` left out)."""
+
+    length: int
+    digest: bytes
+    identity: tuple[int, int]
+    lines: list[Any]
+    events: list[Any]
+
+    def matches(self, data: bytes) -> bool:
+        n = self.length
+        return (0 < n <= len(data) and data[n - 1:n] == b"\n"
+                and _digest(memoryview(data)[:n]) == self.digest)
+
+    def restore(self, data: bytes) -> tuple[list[Any], list[Any]]:
+        from ._snapshot import Line
+
+        lines = [Line(ln.line_no, ln.byte_offset, ln.byte_length,
+                      data[ln.byte_offset:ln.byte_offset + ln.byte_length], ln.has_newline,
+                      ln.status, ln.reason, ln.message, ln.warnings) for ln in self.lines]
+        return lines, list(self.events)
+
+
+def _digest(data: bytes | memoryview) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def make_prefix(data: bytes, lines: list[Any], events: list[Any],
+                identity: tuple[int, int]) -> EventsPrefix | None:
+    """The prefix of complete lines of ``data`` with their decoded state, or None."""
+    from ._snapshot import Line
+
+    n = data.rfind(b"\n") + 1
+    if n <= 0 or n > PREFIX_MAX_BYTES:
+        return None
+    kept = [Line(ln.line_no, ln.byte_offset, ln.byte_length, b"", ln.has_newline, ln.status,
+                 ln.reason, ln.message, ln.warnings) for ln in lines if ln.byte_offset < n]
+    evs = [e for e in events if e.byte_offset < n]
+    return EventsPrefix(n, _digest(data[:n]), identity, kept, evs)
+
+
+# --- the cache file ----------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    fp: bytes
+    record: bytes
+    prefix: bytes | None
+
+
+class AuditCache:
+    """The consolidated cache file. Every failure degrades to a miss, never to an error."""
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        self.directory = os.fspath(directory) if directory is not None else default_cache_dir()
+        self.path = os.path.join(self.directory, f"audit-cache-v{CACHE_FORMAT}.sqlite")
+        self.code = code_fingerprint()
+        self._db: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection | None:
+        if self._db is not None:
+            return self._db
+        for attempt in range(2):
+            try:
+                os.makedirs(self.directory, mode=0o700, exist_ok=True)
+                db = sqlite3.connect(self.path, timeout=5, isolation_level=None)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
+                db.execute("CREATE TABLE IF NOT EXISTS runs (key TEXT PRIMARY KEY, fp BLOB, "
+                           "record BLOB, prefix BLOB)")
+                row = db.execute("SELECT v FROM meta WHERE k='code'").fetchone()
+                if row is None or row[0] != self.code:  # toolkit changed: drop everything
+                    db.execute("BEGIN IMMEDIATE")
+                    db.execute("DELETE FROM runs")
+                    db.execute("INSERT OR REPLACE INTO meta VALUES ('code', ?)", (self.code,))
+                    db.execute("COMMIT")
+                self._db = db
+                return db
+            except (sqlite3.DatabaseError, OSError):
+                with contextlib.suppress(Exception):
+                    db.close()  # type: ignore[possibly-undefined]
+                if attempt == 0:
+                    self._discard()
+        return None
+
+    def _discard(self) -> None:
+        """Remove a corrupt cache file (our own file, outside every source)."""
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                os.unlink(self.path + suffix)
+
+    def get_many(self, keys: list[str]) -> dict[str, Entry]:
+        db = self._connect()
+        out: dict[str, Entry] = {}
+        if db is None:
+            return out
+        try:
+            for i in range(0, len(keys), 500):
+                chunk = keys[i:i + 500]
+                q = f"SELECT key, fp, record, prefix FROM runs WHERE key IN ({','.join('?' * len(chunk))})"
+                for key, fp, rec, prefix in db.execute(q, chunk):
+                    out[key] = Entry(fp, rec, prefix)
+        except sqlite3.DatabaseError:
+            self.close()
+            self._discard()
+            return {}
+        return out
+
+    def put_many(self, rows: Iterable[tuple[str, bytes, bytes, bytes | None]]) -> None:
+        rows = list(rows)
+        if not rows:
+            return
+        db = self._connect()
+        if db is None:
+            return
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?)", rows)
+            db.execute("COMMIT")
+        except sqlite3.DatabaseError:
+            with contextlib.suppress(sqlite3.DatabaseError):
+                db.execute("ROLLBACK")
+
+    def close(self) -> None:
+        if self._db is not None:
+            with contextlib.suppress(sqlite3.DatabaseError):
+                self._db.close()
+            self._db = None
+
+
+def decode_record(blob: bytes) -> dict[str, Any] | None:
+    try:
+        rec = msgspec.json.decode(blob)
+    except msgspec.DecodeError:
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def decode_prefix(blob: bytes | None, identity: tuple[int, int] | None) -> EventsPrefix | None:
+    if blob is None or identity is None:
+        return None
+    try:
+        prefix = pickle.loads(blob)
+    except Exception:  # a corrupt row is a miss
+        return None
+    if not isinstance(prefix, EventsPrefix) or prefix.identity != identity:
+        return None
+    return prefix
+
+
+# --- one run, in a worker or in-process --------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One run to audit, with what the cache knows about it."""
+
+    run_dir: str
+    is_subagent: bool
+    parent_run_dir: str | None
+    key: str | None = None          # None: cache disabled
+    fp: Fingerprint | None = None
+    prefix: bytes | None = None     # pickled EventsPrefix from the cache (may not apply)
+
+
+def audit_job(job: Job, held_keys: frozenset[str]) -> tuple[dict[str, Any], tuple | None]:
+    """Audit one run; return its record and the cache row to store (or None)."""
+    from ._discovery import RunLocation
+    from ._snapshot import read_run
+    from .audit import error_record, record_from_run
+
+    loc = RunLocation(job.run_dir, job.is_subagent, job.parent_run_dir)
+    decoded: list[Any] = []
+    prefix = (decode_prefix(job.prefix, job.fp.events_identity)
+              if job.fp is not None and job.prefix is not None else None)
+    try:
+        run = read_run(job.run_dir, is_subagent=job.is_subagent,
+                       parent_run_dir=job.parent_run_dir, events_prefix=prefix,
+                       decoded_out=decoded if job.key is not None else None)
+        record = record_from_run(run)
+    except Exception as exc:  # one bad run must not stop a fleet audit
+        return error_record(loc, exc), None
+    if job.key is None or job.fp is None or record.get("verdict") == "error":
+        return record, None
+    if run.live_changed or run.writer_active:
+        return record, None
+    after = fingerprint(job.run_dir, held_keys)
+    if after is None or after.blob != job.fp.blob:
+        return record, None
+    if after.newest_mtime_ns > time.time_ns() - int(RACY_SECONDS * 1e9):
+        return record, None
+    prefix_blob = None
+    manifest = run.manifest or {}
+    if (run.events_bytes and decoded and after.events_identity is not None
+            and manifest.get("terminal") is not True):
+        p = make_prefix(run.events_bytes, decoded[0][0], decoded[0][1], after.events_identity)
+        if p is not None:
+            prefix_blob = pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL)
+    return record, (job.key, after.blob, msgspec.json.encode(record), prefix_blob)
+
+
+# --- the fleet: cache lookups, then a process pool over the misses -----------------------------
+
+PARALLEL_MIN_RUNS = 32
+"""Below this many runs to read, a pool costs more than it saves."""
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _chunk_worker(jobs: list[Job], held_keys: frozenset[str]) -> list[tuple[dict, tuple | None]]:
+    import gc
+
+    out = []
+    for job in jobs:
+        gc.disable()  # parsing builds many containers and no cycles: skip the collector
+        try:
+            out.append(audit_job(job, held_keys))
+        finally:
+            gc.enable()
+    return out
+
+
+def _pool_context() -> Any:
+    import multiprocessing as mp
+    import threading
+
+    # fork is cheapest (modules already imported), but unsafe once other threads exist.
+    if "fork" in mp.get_all_start_methods() and threading.active_count() == 1:
+        return mp.get_context("fork")
+    return mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods()
+                          else "spawn")
+
+
+def run_fleet(locations: list[Any], *, jobs: int | None, cache: AuditCache | None,
+              progress: Any = None) -> list[dict[str, Any]]:
+    """Audit every location: cache hits are reused, misses are read (in a pool when large)."""
+    held = proc_locked_keys() if cache is not None else frozenset()
+    records: list[dict[str, Any] | None] = [None] * len(locations)
+    todo: list[tuple[int, Job]] = []
+    entries: dict[str, Entry] = {}
+    keys: list[str | None] = [None] * len(locations)
+    if cache is not None:
+        keys = [run_key(loc.run_dir, loc.is_subagent, loc.parent_run_dir) for loc in locations]
+        entries = cache.get_many([k for k in keys if k is not None])
+    hits = 0
+    for i, loc in enumerate(locations):
+        key = keys[i]
+        fp = fingerprint(loc.run_dir, held) if key is not None else None
+        ent = entries.get(key) if key is not None else None
+        if fp is not None and ent is not None and ent.fp == fp.blob:
+            rec = decode_record(ent.record)
+            if rec is not None:
+                records[i] = rec
+                hits += 1
+                continue
+        todo.append((i, Job(loc.run_dir, loc.is_subagent, loc.parent_run_dir,
+                            key if fp is not None else None, fp,
+                            ent.prefix if ent is not None else None)))
+    if progress is not None and hits:
+        progress(hits)
+    n_jobs = default_jobs() if jobs is None else max(1, jobs)
+    n_jobs = min(n_jobs, max(1, len(todo) // 8))
+    to_store = []
+    if n_jobs > 1 and len(todo) >= PARALLEL_MIN_RUNS:
+        from concurrent.futures import ProcessPoolExecutor
+
+        size = max(4, min(64, len(todo) // (n_jobs * 8)))
+        chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
+        with ProcessPoolExecutor(max_workers=n_jobs, mp_context=_pool_context()) as ex:
+            futs = [(chunk, ex.submit(_chunk_worker, [j for _i, j in chunk], held))
+                    for chunk in chunks]
+            for chunk, fut in futs:
+                for (i, _job), (rec, row) in zip(chunk, fut.result(), strict=True):
+                    records[i] = rec
+                    if row is not None:
+                        to_store.append(row)
+                if progress is not None:
+                    progress(len(chunk))
+    else:
+        for i, job in todo:
+            rec, row = _chunk_worker([job], held)[0]
+            records[i] = rec
+            if row is not None:
+                to_store.append(row)
+            if progress is not None:
+                progress(1)
+    if cache is not None:
+        cache.put_many(to_store)
+    return [r for r in records if r is not None]
