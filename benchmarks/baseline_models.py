@@ -37,6 +37,7 @@ class Usage(_M):
     output_tokens: int = 0
     cached_input_tokens: int = 0
     reasoning_tokens: int = 0
+    provider_total_tokens: int | None = None
 
 
 class SessionManifest(_M):

@@ -151,7 +151,7 @@ def m_api(root: str, cache: str | None) -> dict[str, Any]:
     from rivumi_analysis.audit import audit
 
     t = time.perf_counter()
-    res = audit(root, cache_dir=cache, use_cache=cache is not None)
+    res = audit(root, cache_dir=cache) if cache else audit(root, cache=False)
     return {"seconds": time.perf_counter() - t, "runs": len(res.runs)}
 
 

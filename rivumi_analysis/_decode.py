@@ -82,6 +82,57 @@ def _loads(text: str, flags: _Flags) -> Any:
     return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
 
 
+_FAST_DECODER = msgspec.json.Decoder()
+_FAST_ENCODE = msgspec.json.encode
+_ESCAPED_COLON = re.compile(rb"\\u003[aA]")
+FAST_PATH = True
+"""Speed only: decode with msgspec when that provably gives what ``_loads`` gives."""
+
+
+def _fast_loads(body: bytes) -> dict[str, Any] | None:
+    """``json.loads`` of a line that needs none of its hooks, or None (take the exact path).
+
+    msgspec refuses what the exact path would flag or read differently (``NaN``/``Infinity``,
+    numbers out of float range, lone surrogates) and keeps big integers exact. A repeated key
+    is the one thing it absorbs silently: each key contributes one ``:`` separator, and ``:``
+    is never escaped on output, so the re-encoded object has as many ``:`` as the line exactly
+    when no key was dropped (a line spelling ``:`` as ``\\u003a`` takes the exact path).
+
+    >>> _fast_loads(b'{"a":1,"b":{"c":"x:y"}}')
+    {'a': 1, 'b': {'c': 'x:y'}}
+    >>> _fast_loads(b'{"a":1,"a":2}') is None, _fast_loads(b'{"a":NaN}') is None
+    (True, True)
+    """
+    if not FAST_PATH:
+        return None
+    try:
+        obj = _FAST_DECODER.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if type(obj) is not dict:
+        return None
+    if body.count(b":") != _FAST_ENCODE(obj).count(b":") or (
+            b"\\u003" in body and _ESCAPED_COLON.search(body)):
+        return None
+    return obj
+
+
+_SPLIT_CANDIDATES = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\xc2\x85",
+                     b"\xe2\x80\xa8", b"\xe2\x80\xa9")
+
+
+def _may_split(body: bytes) -> bool:
+    """Same answer as ``_SPLITLINES_BYTES.search(body)`` (substring scans are faster).
+
+    >>> _may_split(b'{"a":1}'), _may_split(chr(0x2028).encode()), _may_split(bytes([13]))
+    (False, True, True)
+    """
+    for c in _SPLIT_CANDIDATES:
+        if c in body:
+            return True
+    return False
+
+
 def decode_line(raw: bytes, *, line_no: int, has_newline: bool) -> Decoded:
     """Decode one non-blank physical line (without its ``\\n``).
 
@@ -113,11 +164,13 @@ def decode_line(raw: bytes, *, line_no: int, has_newline: bool) -> Decoded:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         return quarantine("invalid_utf8", f"not valid UTF-8 at byte {exc.start} of the line")
-    if _SPLITLINES_BYTES.search(body) and _SPLITLINES_CHARS.search(text.rstrip("\r")):
+    if _may_split(body) and _SPLITLINES_CHARS.search(text.rstrip("\r")):
         warnings.add("line_separator_split")
     flags = _Flags()
     try:
-        obj = _loads(text, flags)
+        obj = _fast_loads(body)
+        if obj is None:
+            obj = _loads(text, flags)
     except RecursionError:
         return quarantine("json_syntax", "JSON nested too deeply to parse")
     except ValueError as exc:

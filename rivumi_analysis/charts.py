@@ -879,6 +879,7 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
         assert states is not None
         cum = states.select("run_dir", "sequence", "event_type",
                             pl.col("total_tokens").alias("tokens"))
+        cum_all = cum
         # Only the rows where the running total moved (plus first/last) are worth drawing.
         cum = cum.filter((pl.col("tokens") != pl.col("tokens").shift(1).over("run_dir"))
                          | (pl.int_range(pl.len()).over("run_dir") == 0)
@@ -892,6 +893,7 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                         "requested_sequence").alias("sequence"),
             pl.lit("model.completed").alias("event_type"),
             pl.col("total_tokens").fill_null(0).cum_sum().over("run_dir").alias("tokens")))
+        cum_all = cum
     else:
         return _empty(title, "needs states_df or model_calls_df")
     r = runs.select("run_dir", _col(runs, "run_id", pl.Utf8).alias("run_id"),
@@ -919,8 +921,11 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     line_df = line_df.join(chosen.select("run_dir", "run", "run_id", "budget"), on="run_dir",
                            how="left").drop("run_dir")
     comp_pts = (comp.join(chosen.select("run_dir", "run", "run_id"), on="run_dir", how="inner")
-                .join(cum.select("run_dir", "sequence", "tokens"), on=["run_dir", "sequence"],
-                      how="left").drop("run_dir"))
+                .sort("run_dir", "sequence")
+                .join_asof(cum_all.select("run_dir", "sequence", "tokens")
+                           .sort("run_dir", "sequence"), on="sequence", by="run_dir",
+                           check_sortedness=False)
+                .drop("run_dir"))
     budgets = chosen.filter(pl.col("budget").is_not_null()).select("run", "run_id", "budget")
     sel = alt.selection_point(fields=["run"], bind="legend", name="token_run")
     color = alt.Color("run:N", title="run", legend=alt.Legend(symbolLimit=15, columns=1))

@@ -544,7 +544,19 @@ def apply_event(state: RunState, event: ReducerEvent) -> Transition:
 
 def iter_transitions(events: Iterable[ReducerEvent],
                      state: RunState | None = None) -> Iterator[Transition]:
-    """Apply events in order, yielding one :class:`Transition` per event."""
+    """Apply events in order, yielding one :class:`Transition` per event.
+
+    Args:
+        events: reducer events in file order.
+        state: the state to start from (default: :func:`initial_state`).
+
+    Yields:
+        One :class:`Transition` per event; rejected events carry the reason.
+
+    >>> evs = [ReducerEvent(1, 0, "run.created"), ReducerEvent(2, 0, "run.created")]
+    >>> [t.rejected for t in iter_transitions(evs)]
+    [None, 'duplicate_sequence']
+    """
     s = state if state is not None else initial_state()
     for ev in events:
         t = apply_event(s, ev)
@@ -553,7 +565,12 @@ def iter_transitions(events: Iterable[ReducerEvent],
 
 
 def final_state(events: Iterable[ReducerEvent]) -> RunState:
-    """The state after the whole log."""
+    """The state after the whole log.
+
+    >>> final_state([ReducerEvent(1, 0, "run.created"), ReducerEvent(2, 1, "run.failed",
+    ...                                                       data={"terminal_reason": "x"})]).phase
+    'failed'
+    """
     s = initial_state()
     for t in iter_transitions(events, s):
         s = t.state
@@ -604,7 +621,13 @@ def events_from_bytes(data: bytes) -> list[ReducerEvent]:
 
 
 def events_from_run(run: Any) -> list[ReducerEvent]:
-    """Reducer events from a ``RunData`` (its accepted events, in file order)."""
+    """Reducer events from a ``RunData`` (its accepted events, in file order).
+
+    >>> from rivumi_analysis._snapshot import read_run
+    >>> run = read_run("/work/shared/spec/examples/a66038f97f204cb3aaa96339f195c37e")
+    >>> len(events_from_run(run))
+    50
+    """
     return [ReducerEvent(e.line_no, e.sequence, e.event_type, e.created_at, e.data, e.run_id)
             for e in run.events]
 

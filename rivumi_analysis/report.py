@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import altair as alt
@@ -425,7 +425,7 @@ def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
     runs = tables["runs"]
     assert runs is not None
     specs = {key: _spec(charts[key]) for key, *_ in CHART_SECTIONS if key in charts}
-    gen = (generated or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
+    gen = (generated or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
     verdicts = runs.group_by("verdict").len().sort("len", descending=True)
     q = tables.get("quarantine")
     cards = [(str(runs.height), "runs")]

@@ -115,6 +115,11 @@ def replay_run(run: RunData, *, charge_approval_waits: bool | None = None) -> Ru
 
     Returns:
         A :class:`RunReplay`.
+
+    >>> from rivumi_analysis._snapshot import read_run
+    >>> rr = replay_run(read_run("/work/shared/spec/examples/a66038f97f204cb3aaa96339f195c37e"))
+    >>> (rr.generation, rr.charge_approval_waits, rr.replay_accepts, rr.final.step)
+    ('m4', True, True, 7)
     """
     events = events_from_run(run)
     transitions = tuple(iter_transitions(events))
@@ -165,23 +170,24 @@ def check_strict(runs: Sequence[RunData], strict: bool) -> None:
 
 def _rows_for(rr: RunReplay, cols: dict[str, list[Any]]) -> None:
     run = rr.run
-    base = {"run_dir": run.run_dir, "run_id": run.run_id, "kind": run.kind}
     by_line = {e.line_no: e for e in run.events}
-    for t in rr.transitions:
-        ev = by_line[t.event.line_no]
-        row = state_row(t.state, charge_approval_waits=rr.charge_approval_waits,
-                        limits=rr.limits)
-        row.update(base)
-        row["line_no"] = ev.line_no
-        row["sequence"] = ev.sequence
-        row["event_type"] = ev.event_type
-        row["created_at"] = ev.created_at
-        row["rejected"] = t.rejected
-        row["fork_accepted"] = rr.replay_accepts
-        row["runner_generation"] = rr.generation
-        row["charge_approval_waits"] = rr.charge_approval_waits
-        for name, values in cols.items():
-            values.append(row[name])
+    events = [by_line[t.event.line_no] for t in rr.transitions]
+    rows = [state_row(t.state, charge_approval_waits=rr.charge_approval_waits, limits=rr.limits)
+            for t in rr.transitions]
+    n = len(rows)
+    # Column-wise extends: far cheaper than appending cell by cell.
+    per_run = {"run_dir": run.run_dir, "run_id": run.run_id, "kind": run.kind,
+               "fork_accepted": rr.replay_accepts, "runner_generation": rr.generation,
+               "charge_approval_waits": rr.charge_approval_waits}
+    for name, value in per_run.items():
+        cols[name].extend([value] * n)
+    cols["line_no"].extend([e.line_no for e in events])
+    cols["sequence"].extend([e.sequence for e in events])
+    cols["event_type"].extend([e.event_type for e in events])
+    cols["created_at"].extend([e.created_at for e in events])
+    cols["rejected"].extend([t.rejected for t in rr.transitions])
+    for name in rows[0] if rows else ():
+        cols[name].extend([r[name] for r in rows])
 
 
 def states_frame(replays: Iterable[RunReplay]) -> pl.DataFrame:

@@ -350,6 +350,7 @@ class RunWriter:
         self._emits_since_save = 0
         self._test_log_written = False
         self._fast_fd: int | None = None
+        self._fast_buf: list[bytes] = []
         self.closed = False
 
     # ----------------------------------------------------------------- low-level file I/O
@@ -360,6 +361,11 @@ class RunWriter:
     def atomic_write(self, name: str, text: str, *, seq: int | None = None,
                      event_type: str | None = None) -> None:
         """``_atomic_write``: temp ``.<name>.<random>`` in the same folder, then ``os.replace``."""
+        if self.manifest_every > 1:
+            # Corpus fast mode: the same bytes written in place (renames are slow here).
+            with open(self.path(name), "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+            return
         tmp = self.path(f".{name}.{self.ids.temp_suffix()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -414,12 +420,12 @@ class RunWriter:
         if f.bom and self._events_written == 0:
             data = b"\xef\xbb\xbf" + data
         if self.manifest_every > 1:
-            # Fast mode keeps the O_APPEND descriptor open (same bytes, fewer syscalls).
-            if self._fast_fd is None:
-                self._fast_fd = os.open(self.path("events.jsonl"),
-                                        os.O_APPEND | os.O_CREAT | os.O_WRONLY, 0o600)
-            os.write(self._fast_fd, data)
+            # Fast mode: lines are buffered and appended (same bytes) right after each
+            # manifest save, so the log never gets ahead of the manifest.
+            self._fast_buf.append(data)
             self._events_written += 1
+            if self._emits_since_save == 0:
+                self.flush_events()
             return
         fd = os.open(self.path("events.jsonl"), os.O_APPEND | os.O_CREAT | os.O_WRONLY, 0o600)
         try:
@@ -454,6 +460,8 @@ class RunWriter:
         self.m["updated_at"] = now
         self.m["writer_heartbeat_at"] = now
         self.atomic_write("session.json", dumps_compact(self.m), seq=seq, event_type=event_type)
+        if self._fast_buf and seq is None:
+            self.flush_events()
 
     # ----------------------------------------------------------------- emit protocol (§1.4)
     def emit(self, event_type: str, data: Mapping[str, Any], *, event_id: str | None = None,
@@ -591,8 +599,19 @@ class RunWriter:
         self.save_manifest()
         self.release()
 
+    def flush_events(self) -> None:
+        """Fast mode: append the buffered lines with one ``O_APPEND`` write."""
+        if not self._fast_buf:
+            return
+        if self._fast_fd is None:
+            self._fast_fd = os.open(self.path("events.jsonl"),
+                                    os.O_APPEND | os.O_CREAT | os.O_WRONLY, 0o600)
+        os.write(self._fast_fd, b"".join(self._fast_buf))
+        self._fast_buf.clear()
+
     def release(self) -> None:
         """Close the fast-mode log descriptor (the lock file itself is never deleted)."""
+        self.flush_events()
         if self._fast_fd is not None:
             os.close(self._fast_fd)
             self._fast_fd = None

@@ -78,3 +78,34 @@ def test_unexplained_drift_and_crash_clock(tmp_path):
     assert rows["step"]["unexplained"] and rows["step"]["explanation"] is None
     assert rows["active_wall_time_seconds"]["matches"]
     assert rows["active_wall_time_seconds"]["explanation"] == "clock_running_at_crash"
+
+
+# ---------------------------------------------------------------------------- sample runs
+SAMPLE_RUNS = Path(__file__).resolve().parents[1] / "sample_runs"
+EXPECTED_DRIFT = {
+    # run (group/id prefix): (field, explanation, matches)
+    "example/a66038f9": ("active_wall_time_seconds", "m4_charges_approval_waits", True),
+    "bad_input/6f2713cc": ("step", "events_rejected", False),
+    "crashes/df177557": ("step", "manifest_ahead_by_one", False),
+    "crashes/cd525421": ("repeat_count", "continuation_resets_repeat_guard", True),
+    "failed/96ac73d9": ("repeat_count", "guard_counts_unlogged_calls", True),
+    "failed/cfbf67dc": ("usage.input_tokens", "usage_includes_unlogged_lanes", False),
+    "failed/23dc033b": ("usage.input_tokens", "usage_includes_budget_crossing_call", False),
+    "resumed/29628e15": ("repeat_count", "resume_resets_repeat_count", True),
+    "resumed/a71326098": ("active_wall_time_seconds", "resume_downtime_charged", True),
+    "crashes/f61d2521": ("active_wall_time_seconds", "clock_running_at_crash", True),
+}
+
+
+def test_sample_runs_drift_is_explained_and_pinned():
+    if not SAMPLE_RUNS.is_dir():  # pragma: no cover
+        import pytest
+
+        pytest.skip("sample_runs not generated")
+    df = drift_df(str(SAMPLE_RUNS))
+    assert not df["unexplained"].any(), df.filter(pl.col("unexplained")).to_dicts()
+    rel = df.with_columns(pl.col("run_dir").str.replace(f"^{SAMPLE_RUNS}/?", "").alias("rel"))
+    for prefix, (field, explanation, matches) in EXPECTED_DRIFT.items():
+        rows = rel.filter(pl.col("rel").str.starts_with(prefix) & (pl.col("field") == field))
+        assert rows.height == 1, prefix
+        assert (rows["explanation"][0], rows["matches"][0]) == (explanation, matches), prefix

@@ -36,3 +36,22 @@ def test_fork_link_and_last_safe_points(tmp_path):
     assert [(r["sequence"], r["last_safe_before"], r["failure_sequence"]) for r in marked] == [
         (3, "crash", 4)]
     assert crash_rows["fork_accepted"].all()
+
+
+def test_sample_run_forks_link_to_their_sources():
+    from pathlib import Path
+
+    import pytest
+
+    root = Path(__file__).resolve().parents[1] / "sample_runs" / "forks"
+    if not root.is_dir():  # pragma: no cover
+        pytest.skip("sample_runs not generated")
+    df = forks_df(str(root))
+    links = df.filter(df["row_kind"] == "fork_link")
+    assert links.height == 3
+    assert links["source_found"].all() and links["fork_point_matches"].all()
+    assert all(Path(d).name.startswith("fork-") for d in links["run_dir"])
+    # every fork point the runner chose is one of the source's candidate rows or an in-flight
+    # point; the candidates of the sources are replay-accepted
+    cands = df.filter((df["row_kind"] == "candidate") & (df["kind"] == "native"))
+    assert cands.height > 0 and cands["fork_accepted"].all()

@@ -72,3 +72,25 @@ def test_audit_during_appends_is_never_corrupt(tmp_path: Path) -> None:
                for r in seen)
     final = audit_run(str(run))
     assert final["verdict"] == "resumable" and final["events"] == 3000
+
+
+@pytest.mark.timeout(60)
+def test_writer_active_detected_from_the_lock_itself(tmp_path: Path, make_run) -> None:
+    """A held flock on .writer.lock is seen via /proc/locks; the pid in the file is ignored."""
+    run = Path(make_run(events=b"".join(example_events().splitlines(keepends=True)[:10]),
+                        manifest=running_manifest(9)))
+    lock = run / ".writer.lock"
+    lock.write_text("pid=999999 token=c01295ad5e1d4fceb808cfd63c3a0e41\n")  # a dead pid
+    assert "writer_active" not in audit_run(str(run))["warnings"]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl,sys,time; f=open(sys.argv[1],'r+');"
+         "fcntl.flock(f, fcntl.LOCK_EX|fcntl.LOCK_NB); print('locked', flush=True);"
+         "time.sleep(60)", str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        rec = audit_run(str(run))
+        assert "writer_active" in rec["warnings"] and rec["verdict"] == "resumable"
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    assert "writer_active" not in audit_run(str(run))["warnings"]

@@ -57,7 +57,8 @@ def test_example_intermediate_states():
     assert by_seq[47].verifications_in_flight == {"check-1"}     # verification.started
     assert by_seq[8].usage.total_tokens == 661
     assert by_seq[22].repeat_count == 1                          # list_files "." after ""
-    assert by_seq[5].phase == "waiting_approval" and by_seq[48].phase == "verifying"
+    # No event says "verifying" (§4.1), so the phase stays running through final checks.
+    assert by_seq[5].phase == "waiting_approval" and by_seq[48].phase == "running"
 
 
 # ---------------------------------------------------------------------------- repeat guard

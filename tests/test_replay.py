@@ -22,7 +22,7 @@ REFERENCE = SPEC / "reference-outputs" / "a66038f97f204cb3aaa96339f195c37e"
 FIXTURES = Path(__file__).parent / "fixtures" / "replay"
 
 REFUSALS = sorted(p.name for p in FIXTURES.iterdir()
-                  if p.is_dir() and not p.name.startswith(("fork_", "accept_")))
+                  if (p / "expected.txt").exists() and not p.name.startswith(("fork_", "accept_")))
 FORKS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and p.name.startswith("fork_"))
 ACCEPTS = sorted(p.name for p in FIXTURES.iterdir()
                  if p.is_dir() and (p / "expected.json").exists())

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rivumi_analysis.errors import QuarantineError
 from rivumi_analysis.reducer import events_from_bytes, iter_transitions, state_row
@@ -70,3 +72,24 @@ def test_strict_raises_on_quarantined_line(tmp_path):
     assert states_df(str(run)).height == 50
     with pytest.raises(QuarantineError):
         states_df(str(run), strict=True)
+
+
+_EXAMPLE_BYTES = (EXAMPLE / "events.jsonl").read_bytes()
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, len(_EXAMPLE_BYTES)))
+def test_states_df_on_byte_cuts_of_the_example(cut):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "a66038f97f204cb3aaa96339f195c37e"
+        run.mkdir()
+        (run / "events.jsonl").write_bytes(_EXAMPLE_BYTES[:cut])
+        (run / "session.json").write_bytes((EXAMPLE / "session.json").read_bytes())
+        df = states_df(str(run))
+        complete = _EXAMPLE_BYTES[:cut].count(b"\n")
+        assert df.height in (complete, complete + 1)  # + a final line that parses whole
+        # replay refuses a torn final line, so no row may claim a fork would be accepted then
+        if cut and not _EXAMPLE_BYTES[:cut].endswith(b"\n"):
+            assert not df["fork_accepted"].any()

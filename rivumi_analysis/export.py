@@ -1,0 +1,291 @@
+"""Export the toolkit's tables as a Parquet dataset that polars, DuckDB and Spark all read.
+
+Layout (Hive-style, partitioned by table and run kind, never by run id)::
+
+    OUT/_dataset.json                          schema version, tables, columns, row counts
+    OUT/<table>/kind=<kind>/part-0.parquet     one file per (table, kind)
+
+Tables: ``runs``, ``events``, ``quarantine``, ``states``, ``tool_calls``, ``approvals``,
+``model_calls``, ``usage``. ``kind`` is ``native|fork|subagent|external`` (``unknown`` for a
+run the toolkit failed on); a table with no rows gets one empty file under ``kind=none`` so
+its schema is still readable. Column types are limited to what all three engines read:
+Int64, Float64, Boolean, String, Binary, Timestamp(microseconds, UTC) and lists of those (no
+unsigned integers, durations, categoricals or null-typed columns).
+
+``redact=True`` keeps only the allowlist of the privacy rule (issue 5 §6): run ids, event
+types, sequences, timestamps, numbers, codes, tool names, effects and decisions, and
+``run_dir`` relative to the given PATH; content, previews, arguments, messages, error texts,
+quarantine raw bytes and absolute paths are dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from typing import Any
+
+from ._discovery import DEFAULT_MAX_DEPTH, Source, normalize_sources
+from ._version import __version__
+
+SCHEMA_VERSION = 1
+"""Version of the exported dataset's layout and columns (also in each file's metadata)."""
+
+TABLES = ("runs", "events", "quarantine", "states", "tool_calls", "approvals", "model_calls",
+          "usage")
+MARKER = "_dataset.json"
+
+# String columns kept under --redact (codes, ids of runs, tool names, effects, decisions).
+# Numbers, booleans and timestamps are always kept; every other string/binary column is dropped.
+REDACT_KEEP_STRINGS = frozenset({
+    "run_id", "event_run_id", "kind", "verdict", "reasons", "warnings", "phase",
+    "terminal_reason", "result_status", "result_terminal_reason", "event_type", "reason",
+    "effect", "decision", "outcome", "name", "tool_calls", "finish_reason",
+    "failure_kind", "source", "lane", "currency", "cost_source", "rejected",
+    "runner_generation",
+})
+REDACT_RELATIVE = frozenset({"run_dir", "parent_run_dir", "file"})
+# Columns named like codes but holding free text in some table.
+REDACT_DROP = {"approvals": frozenset({"policy_reason"})}
+
+
+def build_tables(runs: list[Any]) -> dict[str, Any]:
+    """Every exported table, built from one list of ``RunData`` snapshots."""
+    from . import _frames as F
+
+    tables = {
+        "runs": F.runs_frame(runs),
+        "events": F.events_frame(runs),
+        "quarantine": F.quarantine_frame(runs),
+        "tool_calls": F.tool_calls_frame(runs),
+        "approvals": F.approvals_frame(runs),
+        "model_calls": F.model_calls_frame(runs),
+        "usage": F.usage_frame(runs),
+    }
+    try:
+        from .states import replay_run, states_frame
+    except ImportError:  # replay engine not in this build
+        pass
+    else:
+        tables["states"] = states_frame(replay_run(r) for r in runs if r.kind != "external")
+    return {t: tables[t] for t in TABLES if t in tables}
+
+
+def _portable_type(dt: Any) -> Any:
+    import polars as pl
+
+    if isinstance(dt, pl.Datetime):
+        return pl.Datetime("us", dt.time_zone or "UTC") if dt.time_zone else pl.Datetime(
+            "us", "UTC")
+    if isinstance(dt, pl.Duration):
+        return pl.Int64  # microseconds
+    if isinstance(dt, pl.List):
+        return pl.List(_portable_type(dt.inner))
+    if isinstance(dt, pl.Array):
+        return pl.List(_portable_type(dt.inner))
+    if isinstance(dt, pl.Struct):
+        return pl.Struct({f.name: _portable_type(f.dtype) for f in dt.fields})
+    if dt in (pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64, pl.Int8, pl.Int16, pl.Int32):
+        return pl.Int64
+    if dt == pl.Float32:
+        return pl.Float64
+    if dt in (pl.Categorical, pl.Enum, pl.Null, pl.Object) or isinstance(
+            dt, (pl.Categorical, pl.Enum)):
+        return pl.String
+    return dt
+
+
+def portable(df: Any) -> Any:
+    """Cast every column to a type polars, DuckDB and Spark all read from Parquet."""
+    import polars as pl
+
+    casts = []
+    for name, dt in df.schema.items():
+        want = _portable_type(dt)
+        if isinstance(dt, pl.Duration):
+            casts.append(pl.col(name).dt.total_microseconds().alias(name))
+        elif want != dt:
+            casts.append(pl.col(name).cast(want))
+    return df.with_columns(casts) if casts else df
+
+
+def redact(table: str, df: Any, tops: list[str]) -> Any:
+    """Keep only the allowlisted columns; ``run_dir`` becomes relative to its PATH."""
+    import polars as pl
+
+    keep = []
+    drop = REDACT_DROP.get(table, frozenset())
+    for name, dt in df.schema.items():
+        if name in drop:
+            continue
+        if name in REDACT_RELATIVE:
+            keep.append(pl.col(name).map_elements(lambda p: _relative(p, tops),
+                                                  return_dtype=pl.String).alias(name))
+        elif dt.is_numeric() or dt == pl.Boolean or isinstance(dt, (pl.Datetime, pl.Date)):
+            keep.append(pl.col(name))
+        elif name in REDACT_KEEP_STRINGS and (dt == pl.String or dt == pl.List(pl.String)):
+            keep.append(pl.col(name))
+    return df.select(keep)
+
+
+def _relative(path: str | None, tops: list[str]) -> str | None:
+    from ._discovery import relative_run_dir
+
+    if path is None:
+        return None
+    for i, top in enumerate(tops):
+        norm = os.path.normpath(top)
+        if path == top or path.startswith(top.rstrip(os.sep) + os.sep) or path == norm:
+            rel = relative_run_dir(path, top)
+            if len(tops) > 1:
+                rel = f"{i}/{rel}"
+            return rel
+    return os.path.basename(path.rstrip(os.sep))
+
+
+def _kinds_of(runs: list[Any]) -> dict[str, str]:
+    return {r.run_dir: r.kind or "unknown" for r in runs}
+
+
+def with_kind(df: Any, kinds: dict[str, str]) -> Any:
+    """Add (or fill) the ``kind`` partition column from each row's run."""
+    import polars as pl
+
+    if "kind" in df.columns:
+        return df.with_columns(pl.col("kind").fill_null("unknown"))
+    if "run_dir" not in df.columns:
+        return df.with_columns(pl.lit("unknown").alias("kind"))
+    kmap = pl.DataFrame({"run_dir": list(kinds), "kind": list(kinds.values())},
+                        schema={"run_dir": pl.String, "kind": pl.String})
+    return df.join(kmap, on="run_dir", how="left", maintain_order="left").with_columns(
+        pl.col("kind").fill_null("unknown"))
+
+
+def write_table(out: str, table: str, df: Any) -> dict[str, int]:
+    """Write one table (with a ``kind`` column) partitioned by kind; rows per partition."""
+    import pyarrow.parquet as pq
+
+    meta = {b"rivumi_analysis.schema_version": str(SCHEMA_VERSION).encode(),
+            b"rivumi_analysis.table": table.encode(),
+            b"rivumi_analysis.version": __version__.encode()}
+    counts: dict[str, int] = {}
+    groups = (df.partition_by("kind", as_dict=True, maintain_order=True) if df.height
+              else {("none",): df})
+    for key, part in groups.items():
+        kind = key[0] if isinstance(key, tuple) else key
+        d = os.path.join(out, table, f"kind={kind}")
+        os.makedirs(d, exist_ok=True)
+        arrow = _plain_arrow(part.drop("kind").to_arrow())
+        arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), **meta})
+        pq.write_table(arrow, os.path.join(d, "part-0.parquet"), compression="zstd",
+                       coerce_timestamps="us", allow_truncated_timestamps=False)
+        counts[str(kind)] = part.height
+    return counts
+
+
+def _plain_arrow(tbl: Any) -> Any:
+    """Arrow view/large types -> the plain ones every Parquet reader maps."""
+    import pyarrow as pa
+
+    def plain(t: Any) -> Any:
+        if pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", lambda _: False)(t):
+            return pa.string()
+        if pa.types.is_large_binary(t) or getattr(pa.types, "is_binary_view", lambda _: False)(t):
+            return pa.binary()
+        if pa.types.is_large_list(t) or pa.types.is_list(t) or getattr(
+                pa.types, "is_list_view", lambda _: False)(t):
+            return pa.list_(plain(t.value_type))
+        if pa.types.is_struct(t):
+            return pa.struct([pa.field(f.name, plain(f.type)) for f in t])
+        return t
+
+    schema = pa.schema([pa.field(f.name, plain(f.type)) for f in tbl.schema])
+    return tbl.cast(schema) if schema != tbl.schema else tbl
+
+
+def export(source: Source | None, out: str | os.PathLike[str], *, redact_output: bool = False,
+           max_depth: int = DEFAULT_MAX_DEPTH) -> dict[str, Any]:
+    """Write the Parquet dataset of every run below ``source`` to ``out``; return the manifest.
+
+    ``out`` must not exist, be empty, or hold a previous export (which is replaced).
+    """
+    from ._snapshot import load_fleet
+
+    out = os.fspath(out)
+    _prepare_out(out)
+    tops, _root = normalize_sources(source)
+    fleet = load_fleet(source, max_depth=max_depth)
+    tables = build_tables(fleet.runs)
+    kinds = _kinds_of(fleet.runs)
+    manifest: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "toolkit_version": __version__,
+                                "redacted": redact_output, "partitioning": ["table", "kind"],
+                                "tables": {}}
+    for table, df in tables.items():
+        df = with_kind(portable(df), kinds)
+        if redact_output:
+            df = redact(table, df, tops)
+        counts = write_table(out, table, df)
+        manifest["tables"][table] = {
+            "rows": sum(counts.values()), "partitions": counts,
+            "columns": {k: str(v) for k, v in df.schema.items() if k != "kind"},
+        }
+    with open(os.path.join(out, MARKER), "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=1)
+        fh.write("\n")
+    return manifest
+
+
+def _prepare_out(out: str) -> None:
+    if os.path.lexists(out):
+        if not os.path.isdir(out) or os.path.islink(out):
+            raise ExportError(f"--out {out} exists and is not a directory")
+        entries = os.listdir(out)
+        if entries and MARKER not in entries:
+            raise ExportError(f"--out {out} is not empty and holds no previous export")
+        for t in TABLES:
+            shutil.rmtree(os.path.join(out, t), ignore_errors=True)
+        if os.path.exists(os.path.join(out, MARKER)):
+            os.unlink(os.path.join(out, MARKER))
+    os.makedirs(out, exist_ok=True)
+
+
+class ExportError(Exception):
+    """A usage problem with ``--out``."""
+
+
+# --- CLI ---------------------------------------------------------------------------------------
+
+def add_subparser(sub: Any) -> None:
+    e = sub.add_parser("export", help="write every table as a Parquet dataset")
+    e.add_argument("paths", nargs="*", metavar="PATH",
+                   help="run directories or folders of runs (default: the run root)")
+    e.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    e.add_argument("--redact", action="store_true",
+                   help="keep only ids, codes, numbers and timestamps (no content)")
+    e.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH)
+    e.set_defaults(handler=cmd_export)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ._discovery import check_sources, default_run_root
+    from .errors import SourceError
+
+    paths = list(args.paths)
+    if not paths:
+        root = default_run_root()
+        if root is None:
+            print("rivumi-analysis export: error: no PATH given and no run root found",
+                  file=sys.stderr)
+            return 2
+        paths = [root]
+    try:
+        check_sources(paths)
+        manifest = export(paths, args.out, redact_output=args.redact, max_depth=args.max_depth)
+    except (ExportError, SourceError) as exc:
+        print(f"rivumi-analysis export: error: {exc}", file=sys.stderr)
+        return 2
+    rows = ", ".join(f"{t} {v['rows']}" for t, v in manifest["tables"].items())
+    print(f"wrote {args.out} (schema version {SCHEMA_VERSION}): {rows}")
+    return 0
