@@ -26,6 +26,7 @@ _LAZY = {
     "drift_df": "rivumi_analysis.drift",
     "forks_df": "rivumi_analysis.forks",
     "audit_run": "rivumi_analysis.audit",
+    "load_fleet": "rivumi_analysis._snapshot",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -11,7 +11,7 @@ import pandera.polars as pa
 import polars as pl
 
 from ._discovery import DEFAULT_MAX_DEPTH, Source
-from ._snapshot import Event, RunData, load_fleet
+from ._snapshot import Event, RunData, runs_of
 from .errors import QuarantineError, SchemaValidationError
 
 RAW_KEEP_BYTES = 4096
@@ -47,16 +47,15 @@ def validate(df: pl.DataFrame, model: type[pa.DataFrameModel]) -> pl.DataFrame:
 def load(source: Source | None, *, strict: bool, max_depth: int,
          builder: Callable[[list[RunData]], pl.DataFrame]) -> pl.DataFrame:
     """The one loader flow: discover, read, check strictness, build the table."""
-    fleet = load_fleet(source, max_depth=max_depth)
-    if strict:
-        q = quarantine_frame(fleet.runs)
-        if q.height:
-            raise QuarantineError(q)
-    return builder(fleet.runs)
+    runs = runs_of(source, max_depth=max_depth)
+    check_strict(runs, strict)
+    return builder(runs)
 
 
-def loader_doc(table: str) -> str:
-    return table
+def check_strict(runs: list[RunData], strict: bool) -> None:
+    """Raise :class:`QuarantineError` when ``strict`` and any line was quarantined."""
+    if strict and any(run.quarantined for run in runs):
+        raise QuarantineError(quarantine_frame(runs))
 
 
 # --- helpers ---------------------------------------------------------------------------------

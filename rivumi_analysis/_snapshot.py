@@ -113,11 +113,32 @@ class Fleet:
 
 
 def load_fleet(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Fleet:
-    """Discover and read every run below ``source`` (eagerly; see :func:`iter_runs`)."""
+    """Discover and read every run below ``source`` once; any ``*_df`` loader accepts the result.
+
+    >>> from rivumi_analysis import events_df, runs_df
+    >>> fleet = load_fleet("tests/fixtures/example")
+    >>> runs_df(fleet).height, events_df(fleet).height
+    (1, 50)
+    """
     found = discover(source, max_depth=max_depth)
     runs = [read_run(loc.run_dir, is_subagent=loc.is_subagent, parent_run_dir=loc.parent_run_dir)
             for loc in found.runs]
     return Fleet(runs=runs, skipped=found.skipped, root_used=found.root_used)
+
+
+def runs_of(source: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[RunData]:
+    """Runs for a loader: a loaded :class:`Fleet`, a ``RunData`` or a list of them, or a source.
+
+    Passing a fleet loaded once with :func:`load_fleet` lets several tables share one read.
+    """
+    if isinstance(source, Fleet):
+        return source.runs
+    if isinstance(source, RunData):
+        return [source]
+    if isinstance(source, (list, tuple)) and source and all(
+            isinstance(r, RunData) for r in source):
+        return list(source)
+    return load_fleet(source, max_depth=max_depth).runs
 
 
 def iter_runs(locations: list[RunLocation]) -> Iterator[RunData]:

@@ -60,29 +60,44 @@ def _drain(b: Build) -> Iterator[dict[str, Any]]:
 
 
 def corpus_run_ops(b: Build, steps: int, pool: list[str], *, ending: str,
-                   compact_every: int | None = None) -> Iterator[dict[str, Any]]:
+                   compact_every: int | None = None,
+                   session_grants: bool = False) -> Iterator[dict[str, Any]]:
     """Lazily yield the ops of one corpus run (``steps`` working steps, then ``ending``)."""
     rng = b.rng
     yield from _drain(b)
     b.explore()
     yield from _drain(b)
     files = list(b.task.files)
+    granted: set[str] = set()
+
+    def decide(effect: str) -> str:
+        # Long runs grant read/execute for the session early, so later calls take the
+        # approval.reused path and approval_history stays short (as in long real sessions).
+        if not session_grants:
+            return "allow_once"
+        if effect in granted:
+            return "reuse"
+        granted.add(effect)
+        return "allow_session"
+
     for i in range(steps):
         r = rng.random()
-        if r < 0.12:
+        if r < 0.12 and i:
             paths = [f"{rng.choice(files)}#{i}.{k}" for k in range(rng.randint(2, 3))]
             ids = b.model([("read_file", {"path": p}) for p in paths])
+            dec = decide("read")
             b.add("batch", calls=[{"tool_call_id": c, "content": rng.choice(pool),
+                                   "decision": None if dec == "reuse" else dec,
                                    "duration": round(rng.uniform(0.001, 0.05), 6)}
                                   for c in ids])
         elif r < 0.22:
             [c] = b.model([("search_text", {"query": f"{rng.choice(_WORDS)} {i}"})])
-            b.tool(c, content=rng.choice(pool)[:400])
+            b.tool(c, content=rng.choice(pool)[:400], decision=decide("read"))
         elif r < 0.27 and b.profile == "current":
-            b.run_tests(False)
+            b.run_tests(False, decision=decide("execute"))
         else:
             [c] = b.model([("read_file", {"path": f"{rng.choice(files)}?v={i}"})])
-            b.tool(c, content=rng.choice(pool))
+            b.tool(c, content=rng.choice(pool), decision=decide("read"))
         if compact_every and i and i % compact_every == 0:
             b.add("compaction", max_total_tokens=10_000_000, keep_tail=4)
             b.ctx = 900
@@ -124,7 +139,8 @@ def _write_run(args: tuple[str, int, int, int, int]) -> int:
               "clock": {"start": b.ops and _start(b), "mono": 0.0}, "ops": []}
     drv = Driver(out, script, manifest_every=every)
     for op in corpus_run_ops(b, steps, pool, ending=ending,
-                             compact_every=40 if steps > 60 else None):
+                             compact_every=40 if steps > 60 else None,
+                             session_grants=steps > 60 or rng.random() < 0.3):
         drv.apply(op)
     return _dir_size(drv.run_dir)
 
@@ -171,13 +187,15 @@ def generate_single_log(out: str, *, log_mb: float, seed: int = 0,
     if os.path.isdir(out):
         shutil.rmtree(out)
     os.makedirs(out)
-    b = Build("single-log", seed, max_steps=10_000_000, wall=10_000_000.0)
+    # m4 profile: no per-call model_usage list, so the manifest stays small on huge logs.
+    b = Build("single-log", seed, profile="m4", max_steps=10_000_000, wall=10_000_000.0)
     pool = _text_pool(seed)
     steps = max(1, math.ceil(log_mb * 1024 * 1024 / 3_900))
-    script = {"name": "single-log", "profile": "current", "seed": b.seed, "run_id": b.run_id,
+    script = {"name": "single-log", "profile": "m4", "seed": b.seed, "run_id": b.run_id,
               "clock": {"start": _start(b), "mono": 0.0}, "ops": []}
     drv = Driver(out, script, manifest_every=manifest_every)
-    for op in corpus_run_ops(b, steps, pool, ending="verified", compact_every=100):
+    for op in corpus_run_ops(b, steps, pool, ending="verified", compact_every=100,
+                             session_grants=True):
         drv.apply(op)
     return drv.run_dir
 

@@ -83,44 +83,40 @@ CHART_SECTIONS: list[tuple[str, str, str, Callable[[Tables], Any]]] = [
 
 
 # --------------------------------------------------------------------------- loading
-def _try(fn: Callable[..., pl.DataFrame], paths: Sequence[str], max_depth: int
-         ) -> pl.DataFrame | None:
+def _try(fn: Callable[..., pl.DataFrame], fleet: Any) -> pl.DataFrame | None:
     try:
-        return fn(list(paths), max_depth=max_depth)
+        return fn(fleet)
     except Exception as exc:  # noqa: BLE001 - one broken table must not sink the report
         print(f"rivumi-analysis report: warning: {fn.__name__} failed: "
-              f"{type(exc).__name__}", file=sys.stderr)
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return None
 
 
 def load_tables(paths: Sequence[str], *, max_depth: int = 8) -> Tables:
-    """Load every table the report needs (``states``/``forks`` are None if unavailable).
+    """Load every table the report needs, reading the runs once.
 
     >>> t = load_tables(["tests/fixtures/example"])
     >>> t["runs"].height, sorted(k for k, v in t.items() if v is None)
     (1, [])
     """
+    from ._snapshot import load_fleet
     from .approvals import approvals_df
     from .events import events_df
+    from .forks import forks_df
     from .model_calls import model_calls_df
     from .quarantine import quarantine_df
     from .runs import runs_df
+    from .states import states_df
     from .tool_calls import tool_calls_df
     from .verifications import verifications_df
 
-    tables: Tables = {"runs": runs_df(list(paths), max_depth=max_depth)}
+    fleet = load_fleet(list(paths), max_depth=max_depth)
+    tables: Tables = {"runs": runs_df(fleet)}
     for name, fn in (("events", events_df), ("model_calls", model_calls_df),
                      ("tool_calls", tool_calls_df), ("approvals", approvals_df),
-                     ("verifications", verifications_df), ("quarantine", quarantine_df)):
-        tables[name] = _try(fn, paths, max_depth)
-    for name, mod in (("states", "states"), ("forks", "forks")):
-        try:
-            fn = getattr(__import__(f"rivumi_analysis.{mod}", fromlist=[f"{mod}_df"]),
-                         f"{mod}_df")
-        except (ImportError, AttributeError):
-            tables[name] = None
-            continue
-        tables[name] = _try(fn, paths, max_depth)
+                     ("verifications", verifications_df), ("quarantine", quarantine_df),
+                     ("states", states_df), ("forks", forks_df)):
+        tables[name] = _try(fn, fleet)
     return tables
 
 

@@ -18,7 +18,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -241,6 +240,8 @@ class Driver:
                 tool_call=call, command=None, request_id=None,
                 policy_reason=_policy_reason("read", spec.get("decision")))
             w.approve(req, spec.get("decision", "allow_once"), wait=0.01)
+            if req["effect"] == "read":
+                w.m["pending_action"] = None
             prepared.append((call, spec))
         ids = [c["tool_call_id"] for c, _ in prepared]
         w.emit("tool.batch_started", {"count": len(ids), "mode": "read_only_parallel",

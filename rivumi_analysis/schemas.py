@@ -10,8 +10,8 @@ pandera validates *data* only on eager DataFrames; on a LazyFrame it checks the 
 
 from __future__ import annotations
 
-import polars as pl
 import pandera.polars as pa
+import polars as pl
 from pandera.typing.polars import Series  # noqa: F401  (re-exported for users' own models)
 
 from .errors import QUARANTINE_REASONS, VERDICTS

@@ -15,16 +15,15 @@ runs, whose clock did not pause during approvals; True/False forces the rule for
 
 from __future__ import annotations
 
-import hashlib
-import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
-from ._snapshot import RunData, load_fleet
-from .errors import QuarantineError, SchemaValidationError
+from ._frames import check_strict, quarantine_frame  # noqa: F401  (re-exported)
+from ._snapshot import RunData, runs_of
+from .errors import SchemaValidationError
 from .reducer import (
     Limits,
     RunState,
@@ -133,39 +132,8 @@ def replay_run(run: RunData, *, charge_approval_waits: bool | None = None) -> Ru
 
 
 def load_runs(source: Any = None, *, max_depth: int = 8) -> list[RunData]:
-    """Runs for a loader: a ``RunData``, a list of them, or a source for ``load_fleet``."""
-    if isinstance(source, RunData):
-        return [source]
-    if isinstance(source, Sequence) and not isinstance(source, str | bytes) and source and all(
-            isinstance(r, RunData) for r in source):
-        return list(source)
-    return load_fleet(source, max_depth=max_depth).runs
-
-
-def quarantine_frame(runs: Iterable[RunData]) -> pl.DataFrame:
-    """The quarantined lines of ``runs`` in the ``QuarantineSchema`` shape (for strict mode)."""
-    rows = []
-    for run in runs:
-        for ln in run.quarantined:
-            rows.append({
-                "run_dir": run.run_dir, "run_id": run.run_id,
-                "file": os.path.join(run.run_dir, "events.jsonl"), "line_no": ln.line_no,
-                "byte_offset": ln.byte_offset, "byte_length": ln.byte_length,
-                "reason": ln.reason or "json_syntax", "message": ln.message or "",
-                "raw": ln.raw[:4096], "raw_truncated": len(ln.raw) > 4096,
-                "sha256": hashlib.sha256(ln.raw).hexdigest(),
-            })
-    schema = {"run_dir": pl.Utf8, "run_id": pl.Utf8, "file": pl.Utf8, "line_no": pl.Int64,
-              "byte_offset": pl.Int64, "byte_length": pl.Int64, "reason": pl.Utf8,
-              "message": pl.Utf8, "raw": pl.Binary, "raw_truncated": pl.Boolean,
-              "sha256": pl.Utf8}
-    return pl.DataFrame(rows, schema=schema)
-
-
-def check_strict(runs: Sequence[RunData], strict: bool) -> None:
-    """Raise :class:`QuarantineError` when ``strict`` and any line was quarantined."""
-    if strict and any(run.quarantined for run in runs):
-        raise QuarantineError(quarantine_frame(runs))
+    """Runs for a loader (see :func:`rivumi_analysis._snapshot.runs_of`)."""
+    return runs_of(source, max_depth=max_depth)
 
 
 def _rows_for(rr: RunReplay, cols: dict[str, list[Any]]) -> None:

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
-from ._discovery import DEFAULT_MAX_DEPTH, Source
-from ._frames import tool_calls_frame, load
+from ._discovery import DEFAULT_MAX_DEPTH
+from ._frames import load, tool_calls_frame
 
 
-def tool_calls_df(source: Source | None = None, *, strict: bool = False,
+def tool_calls_df(source: Any = None, *, strict: bool = False,
                   max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
     """One row per tool call, joined by ``tool_call_id`` across requested/started/completed: effect, outcome, error and duration.
 
     Args:
         source: a run directory, a folder of runs, or a list of either; ``None`` uses the
-            default run root (``$RIVUMI_RUN_ROOT``, ``$LOOPLANE_RUN_ROOT``, ...).
+            default run root (``$RIVUMI_RUN_ROOT``, ``$LOOPLANE_RUN_ROOT``, ...). A fleet read
+            once with :func:`rivumi_analysis.load_fleet` is accepted too, so several tables
+            share one read.
         strict: raise :class:`~rivumi_analysis.errors.QuarantineError` (carrying the
             quarantine table) if and only if at least one line was quarantined.
         max_depth: how many folder levels to descend looking for runs.

@@ -148,3 +148,21 @@ def test_every_scenario_is_deterministic(tmp_path: Path) -> None:
                 pa = Path(dirpath, f)
                 pb = Path(b) / pa.relative_to(a)
                 assert pa.read_bytes() == pb.read_bytes(), (name, f)
+
+
+def test_corpus_fast_mode_runs_are_consistent(tmp_path: Path) -> None:
+    from rivumi_analysis.corpus import generate_corpus, generate_single_log
+
+    total = generate_corpus(str(tmp_path / "c"), runs=12, target_mb=1.2, workers=1)
+    assert 0.6e6 < total < 2.5e6
+    again = generate_corpus(str(tmp_path / "d"), runs=12, target_mb=1.2, workers=1)
+    assert again == total
+    rd = Path(generate_single_log(str(tmp_path / "big"), log_mb=1.0))
+    assert (rd / "events.jsonl").stat().st_size > 0.9e6
+    try:
+        from rivumi_analysis.audit import audit
+    except ImportError:
+        return
+    verdicts = {r["verdict"] for r in audit(str(tmp_path / "c")).runs}
+    assert verdicts <= {"terminal", "resumable"}
+    assert {r["verdict"] for r in audit(str(tmp_path / "big")).runs} == {"terminal"}
