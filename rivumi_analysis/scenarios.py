@@ -1399,8 +1399,12 @@ def generate_sample_runs(out: str) -> list[dict[str, Any]]:
         os.makedirs(gdir, exist_ok=True)
         for seed in seeds:
             script = CATALOG[name](seed)
+            before = set(os.listdir(gdir))
             rd = run_script(script, gdir)
             doc = (CATALOG[name].__doc__ or "").strip().splitlines()[0]
+            for extra in sorted(set(os.listdir(gdir)) - before - {os.path.basename(rd)}):
+                rows.append({"group": group, "run": f"{group}/{extra}", "scenario": "verified",
+                             "seed": seed + 100, "shows": f"source of the fork `{rd[-37:]}`"})
             rows.append({"group": group, "run": os.path.relpath(rd, out), "scenario": name,
                          "seed": seed, "shows": doc})
     for group, name, seed, cut, verdict, shows in CRASH_PLAN:
@@ -1426,7 +1430,7 @@ def _write_readme(out: str, rows: list[dict[str, Any]]) -> None:
         "", "## Groups", ""]
     for g, text in GROUPS.items():
         n = sum(1 for r in rows if r["group"] == g)
-        lines.append(f"- **{g}/** ({n} runs): {text}")
+        lines.append(f"- **{g}/** (runs: {n}): {text}")
     lines += ["", "## Runs", "", "| run | scenario | seed | shows |", "|---|---|---|---|"]
     for r in rows:
         lines.append(f"| `{r['run']}` | {r['scenario']} | {r['seed']} | {r['shows']} |")

@@ -107,3 +107,7 @@ def tree_snapshot(top: str) -> dict[str, Any]:
                 digest = None
             snap[p] = ("file", digest, st.st_mtime_ns, st.st_mode, st.st_size)
     return snap
+
+
+# fixture generators are scripts, not test modules: never import them during collection
+collect_ignore_glob = ["fixtures/*"]
