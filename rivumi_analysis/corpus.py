@@ -131,9 +131,9 @@ def _write_run(args: tuple[str, int, int, int, int]) -> int:
     b = Build("corpus", seed * 1_000_003 + index, profile=profile, max_steps=10_000,
               wall=86_400.0)
     pool = _text_pool(seed)
-    # ~13 KB on disk per working step (events plus the message copies in session.json and
+    # ~11 KB on disk per working step (events plus the message copies in session.json and
     # checkpoint.json); the lognormal factor gives the realistic spread between runs.
-    steps = max(1, int(target_bytes * rng.lognormvariate(-0.06, 0.35) / 12_000))
+    steps = max(1, int(target_bytes * rng.lognormvariate(-0.06, 0.35) / 11_300))
     ending = rng.choices(["verified", "no_changes", "wall_time", "crash"], [70, 10, 10, 10])[0]
     script = {"name": "corpus", "profile": profile, "seed": b.seed, "run_id": b.run_id,
               "clock": {"start": b.ops and _start(b), "mono": 0.0}, "ops": []}

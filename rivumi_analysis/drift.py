@@ -226,7 +226,7 @@ def drift_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
         Columns ``run_dir, run_id, kind, field, replayed, manifest, matches, explanation,
         unexplained`` (validated by ``schemas.DriftSchema``).
 
-    >>> df = drift_df("/work/shared/spec/examples/a66038f97f204cb3aaa96339f195c37e")
+    >>> df = drift_df("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e")
     >>> df.filter(pl.col("unexplained")).height
     0
     """

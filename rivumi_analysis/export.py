@@ -121,8 +121,10 @@ def redact(table: str, df: Any, tops: list[str]) -> Any:
         if name in drop:
             continue
         if name in REDACT_RELATIVE:
-            keep.append(pl.col(name).map_elements(lambda p: _relative(p, tops),
-                                                  return_dtype=pl.String).alias(name))
+            mapping = {p: _relative(p, tops)
+                       for p in df.get_column(name).unique().to_list() if p is not None}
+            keep.append(pl.col(name).replace_strict(mapping, default=None,
+                                                    return_dtype=pl.String).alias(name))
         elif dt.is_numeric() or dt == pl.Boolean or isinstance(dt, (pl.Datetime, pl.Date)):
             keep.append(pl.col(name))
         elif name in REDACT_KEEP_STRINGS and (dt == pl.String or dt == pl.List(pl.String)):

@@ -109,7 +109,7 @@ def forks_df(source: Any = None, *, strict: bool = False, max_depth: int = 8) ->
     Returns:
         A DataFrame validated by ``schemas.ForksSchema`` (see the module docstring).
 
-    >>> df = forks_df("/work/shared/spec/examples/a66038f97f204cb3aaa96339f195c37e")
+    >>> df = forks_df("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e")
     >>> df.filter(pl.col("sequence") == 49).select("row_kind", "fork_accepted").row(0)
     ('candidate', True)
     """

@@ -525,7 +525,9 @@ def apply_event(state: RunState, event: ReducerEvent) -> Transition:
             name if isinstance(name, str) else f"#{seq}"}
     elif et in ("verification.completed", "verification.reused"):
         name = data.get("name")
-        c["verifications_in_flight"] = s.verifications_in_flight - {name}
+        # only a string name can match a started check (and a list would not hash)
+        c["verifications_in_flight"] = s.verifications_in_flight - {
+            name if isinstance(name, str) else None}
         outcome = (name, data.get("ok"), data.get("exit_code"))
         prev = s.verification if s.verification_round_open else ()
         c["verification"] = prev + (outcome,)
@@ -624,7 +626,7 @@ def events_from_run(run: Any) -> list[ReducerEvent]:
     """Reducer events from a ``RunData`` (its accepted events, in file order).
 
     >>> from rivumi_analysis._snapshot import read_run
-    >>> run = read_run("/work/shared/spec/examples/a66038f97f204cb3aaa96339f195c37e")
+    >>> run = read_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e")
     >>> len(events_from_run(run))
     50
     """

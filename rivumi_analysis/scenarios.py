@@ -70,8 +70,10 @@ class Driver:
     """
 
     def __init__(self, out_root: str, script: Mapping[str, Any], *, hook: Hook | None = None,
-                 fsync: bool = False, manifest_every: int = 1) -> None:
+                 fsync: bool = False, manifest_every: int = 1,
+                 artifact_rel: str | None = None) -> None:
         self.out_root = out_root
+        self.artifact_rel = artifact_rel
         self.script = script
         seed = int(script.get("seed", 0))
         clk = script.get("clock", {})
@@ -94,7 +96,8 @@ class Driver:
                          clock=self.clock, ids=self.ids, fsync=self.fsync, hook=self.hook,
                          faults=self.faults, manifest_every=self.manifest_every,
                          artifact_root=self.script.get(
-                             "artifact_root", "/home/dev/.local/state/looplane/runs"))
+                             "artifact_root", "/home/dev/.local/state/looplane/runs"),
+                         artifact_rel=self.artifact_rel)
 
     def run(self) -> str:
         """Execute every op; returns the run directory."""
@@ -394,7 +397,7 @@ class Driver:
     def op_flush(self, *, pins: Any) -> None:
         """Force a manifest save (corpus fast mode, before a simulated crash)."""
         assert self.w is not None
-        self.w.save_manifest()
+        self.w.save_manifest(force=True)
         self.w.release()
 
     def op_crash(self, *, pins: Any) -> None:
@@ -414,7 +417,7 @@ class Driver:
     def _writer_kwargs(self) -> dict[str, Any]:
         return {"profile": self.script.get("profile", "current"), "clock": self.clock,
                 "ids": self.ids, "fsync": self.fsync, "hook": self.hook, "faults": self.faults,
-                "manifest_every": self.manifest_every,
+                "manifest_every": self.manifest_every, "artifact_rel": self.artifact_rel,
                 "artifact_root": self.script.get("artifact_root",
                                                  "/home/dev/.local/state/looplane/runs")}
 
@@ -448,8 +451,10 @@ class Driver:
             for child in children:
                 if child.get("wave", 0) != wave:
                     continue
+                parent_rel = self.artifact_rel or os.path.basename(self.run_dir)
                 sub = Driver(sub_root, child["script"], hook=None, fsync=self.fsync,
-                             manifest_every=self.manifest_every)
+                             manifest_every=self.manifest_every,
+                             artifact_rel=f"{parent_rel}/subagents/{child['agent_id']}")
                 # Children share the parent's virtual time line (they run inside the call).
                 sub.clock = self.clock
                 sub.run()
@@ -1038,20 +1043,14 @@ def sc_provider_failed(seed: int) -> dict[str, Any]:
     """Retries exhausted on a non-fallbackable error: ``model.failed`` then ``run.failed``."""
     b = Build("provider_failed", seed)
     b.explore()
-    b.add("event", event_type="model.requested", data={"step": 3})
+    b.add("step")
     kind = ["rate_limit", "auth", "quota_exhausted"][seed % 3]
     b.add("event", event_type="model.failed", data={
         "error": f"provider error ({kind})", "kind": kind, "provider": b.provider,
         "retryable": kind == "rate_limit"})
     b.finish("failed", f"provider_{kind}", error=f"provider error ({kind})")
     b.close()
-    s = b.script()
-    # model.requested needs the step bump the writer does; use the model_request path instead.
-    for op in s["ops"]:
-        if op.get("event_type") == "model.requested":
-            op.clear()
-            op.update({"op": "step"})
-    return s
+    return b.script()
 
 
 def sc_resume(seed: int) -> dict[str, Any]:
@@ -1433,7 +1432,8 @@ def _write_readme(out: str, rows: list[dict[str, Any]]) -> None:
         lines.append(f"- **{g}/** (runs: {n}): {text}")
     lines += ["", "## Runs", "", "| run | scenario | seed | shows |", "|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| `{r['run']}` | {r['scenario']} | {r['seed']} | {r['shows']} |")
+        shows = r["shows"].replace("``", "`")
+        lines.append(f"| `{r['run']}` | {r['scenario']} | {r['seed']} | {shows} |")
     with open(os.path.join(out, "README.md"), "w", encoding="utf-8", newline="\n") as fh:
         fh.write("\n".join(lines) + "\n")
 

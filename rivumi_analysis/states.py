@@ -116,7 +116,7 @@ def replay_run(run: RunData, *, charge_approval_waits: bool | None = None) -> Ru
         A :class:`RunReplay`.
 
     >>> from rivumi_analysis._snapshot import read_run
-    >>> rr = replay_run(read_run("/work/shared/spec/examples/a66038f97f204cb3aaa96339f195c37e"))
+    >>> rr = replay_run(read_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e"))
     >>> (rr.generation, rr.charge_approval_waits, rr.replay_accepts, rr.final.step)
     ('m4', True, True, 7)
     """
@@ -158,12 +158,16 @@ def _rows_for(rr: RunReplay, cols: dict[str, list[Any]]) -> None:
         cols[name].extend([r[name] for r in rows])
 
 
-def states_frame(replays: Iterable[RunReplay]) -> pl.DataFrame:
+def states_frame(replays: Iterable[RunReplay], *, validate: bool = True) -> pl.DataFrame:
     """Build (and validate) the states table from already reduced runs."""
     cols: dict[str, list[Any]] = {name: [] for name in STATE_COLUMNS}
     for rr in replays:
         _rows_for(rr, cols)
     df = pl.DataFrame(cols, schema=STATE_COLUMNS)
+    return _validate(df) if validate else df
+
+
+def _validate(df: pl.DataFrame) -> pl.DataFrame:
     from .schemas import StatesSchema
 
     try:
@@ -172,8 +176,12 @@ def states_frame(replays: Iterable[RunReplay]) -> pl.DataFrame:
         raise SchemaValidationError(f"states_df failed StatesSchema: {exc}") from exc
 
 
+ENGINES = ("auto", "reference", "vectorized")
+
+
 def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
-              charge_approval_waits: bool | None = None) -> pl.DataFrame:
+              charge_approval_waits: bool | None = None,
+              engine: str = "auto") -> pl.DataFrame:
     """The state after every accepted event of every non-external run.
 
     Args:
@@ -183,15 +191,37 @@ def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
         max_depth: discovery depth limit.
         charge_approval_waits: §8.3 rule for charged wall time; None infers it per run (M4
             runners charged approval waits; current ones do not).
+        engine: ``"auto"`` (default): the vectorised engine (:mod:`._states_vec`), with the
+            runs it cannot express exactly handed to the reference reducer, so the result
+            always equals ``"reference"`` (the reducer alone, event by event);
+            ``"vectorized"``: the vectorised engine only, raising
+            ``_states_vec.NotVectorizable`` for a run that would need the fallback.
 
     Returns:
         A DataFrame validated by ``schemas.StatesSchema``, one row per accepted event.
 
-    >>> df = states_df("/work/shared/spec/examples/a66038f97f204cb3aaa96339f195c37e")
+    >>> df = states_df("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e")
     >>> df.select("sequence", "step", "total_tokens").row(-1)
     (49, 7, 7583)
     """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
     runs = load_runs(source, max_depth=max_depth)
     check_strict(runs, strict)
-    return states_frame(replay_run(r, charge_approval_waits=charge_approval_waits)
-                        for r in runs if r.kind != "external")
+    native = [r for r in runs if r.kind != "external"]
+    if engine == "reference":
+        return states_frame(replay_run(r, charge_approval_waits=charge_approval_waits)
+                            for r in native)
+    from ._states_vec import NotVectorizable, vector_states
+
+    df, fallbacks = vector_states(native, charge_approval_waits=charge_approval_waits)
+    if fallbacks and engine == "vectorized":
+        k, why = next(iter(sorted(fallbacks.items())))
+        raise NotVectorizable(f"{native[k].run_dir}: {why} (use engine='auto')")
+    if fallbacks:
+        pieces = [df] + [
+            states_frame([replay_run(native[k], charge_approval_waits=charge_approval_waits)],
+                         validate=False).select(pl.lit(k, dtype=pl.Int64).alias("_r"), pl.all())
+            for k in sorted(fallbacks)]
+        df = pl.concat(pieces).sort("_r", maintain_order=True)
+    return _validate(df.drop("_r"))

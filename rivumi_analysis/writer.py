@@ -20,13 +20,12 @@ byte-identical across regenerations.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -299,11 +298,11 @@ def _no_hook(point: str, seq: int | None, event_type: str | None) -> None:
     return None
 
 
-@dataclass
 class _Pins:
     """Queues of pinned values consumed in order (scenario scripts of observed runs)."""
 
-    events: list[tuple[str | None, str | None]] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.events: list[tuple[str | None, str | None]] = []
 
 
 # --------------------------------------------------------------------------- the writer
@@ -323,13 +322,17 @@ class RunWriter:
             1 follows the protocol exactly.
         artifact_root: the run root written into ``result.json`` artifact paths (absolute
             paths of the machine that "ran" the task); defaults to a fixed fake root.
+        artifact_rel: the run's path below ``artifact_root`` (subagents:
+            ``<parent>/subagents/<id>``); defaults to the directory name.
     """
 
     def __init__(self, run_dir: str | os.PathLike[str], *, profile: str = "current",
                  clock: VirtualClock, ids: Ids, fsync: bool = False, hook: Hook | None = None,
                  faults: Faults | None = None, manifest_every: int = 1,
-                 artifact_root: str = "/home/dev/.local/state/looplane/runs") -> None:
+                 artifact_root: str = "/home/dev/.local/state/looplane/runs",
+                 artifact_rel: str | None = None) -> None:
         self.run_dir = os.fspath(run_dir)
+        self.artifact_rel = artifact_rel
         self.profile = PROFILES[profile]
         self.clock = clock
         self.ids = ids
@@ -444,13 +447,12 @@ class RunWriter:
         self._events_written += 1
 
     # ----------------------------------------------------------------- manifest
-    def manifest_doc(self) -> dict[str, Any]:
-        """The manifest as ``session.json`` stores it (computed fields excluded)."""
-        return self.m
-
     def save_manifest(self, *, seq: int | None = None, event_type: str | None = None,
-                      force: bool = True) -> None:
-        """``SessionStore.save``: refresh heartbeat/updated_at and atomically replace."""
+                      force: bool = False) -> None:
+        """``SessionStore.save``: refresh heartbeat/updated_at and atomically replace.
+
+        In corpus fast mode only every k-th save is written unless ``force`` is set.
+        """
         if not force and self.manifest_every > 1:
             self._emits_since_save += 1
             if self._emits_since_save < self.manifest_every:
@@ -487,16 +489,13 @@ class RunWriter:
         }
         line = dumps_compact(event)
         self.m["last_event_sequence"] = seq
-        self.save_manifest(seq=seq, event_type=event_type, force=False)
+        self.save_manifest(seq=seq, event_type=event_type)
         self.hook("manifest_saved", seq, event_type)
         self._append_line(line, seq, event_type)
         self.hook("appended", seq, event_type)
         if self.faults.duplicate_at != seq:
             self.seq += 1
         return seq
-
-    def _event_at(self) -> None:
-        self.clock.tick()
 
     # ----------------------------------------------------------------- lifecycle
     def create(self, *, run_id: str, request: Mapping[str, Any], provider: str, model: str,
@@ -529,7 +528,7 @@ class RunWriter:
             m["verified_workspace_fingerprint"] = None
         self.m = m
         self.run_started_mono = self.clock.monotonic()
-        self.save_manifest()
+        self.save_manifest(force=True)
         self.emit("run.created", {"base_sha": base_sha, "model": model,
                                   "prompt_version": prompt_version, "provider": provider})
         if workspace:
@@ -596,7 +595,7 @@ class RunWriter:
         else:
             self.clock.tick()
         self.pause_clock()
-        self.save_manifest()
+        self.save_manifest(force=True)
         self.release()
 
     def flush_events(self) -> None:
@@ -853,11 +852,8 @@ class RunWriter:
         return doc
 
     def _artifact_rel(self) -> str:
-        parts = os.path.normpath(self.run_dir).split(os.sep)
-        if "subagents" in parts:
-            i = len(parts) - 1 - parts[::-1].index("subagents")
-            return "/".join(parts[i - 1:])
-        return parts[-1]
+        # Relative to the (fake) run root: "<id>" or "<parent>/subagents/<id>".
+        return self.artifact_rel or os.path.basename(os.path.normpath(self.run_dir))
 
     # ----------------------------------------------------------------- resume / continue (§6, §9.6)
     @classmethod
@@ -884,7 +880,7 @@ class RunWriter:
         now = fmt_ts(self.clock.now())
         self.m["active_writer_token"] = token
         self.m["writer_claimed_at"] = now
-        self.save_manifest()
+        self.save_manifest(force=True)
 
     def resume(self, *, writer_token: str | None = None) -> None:
         """``AgentRunner.resume``: claim, resync, restore, charge downtime, ``session.resumed``."""
@@ -1098,7 +1094,3 @@ def write_external_run(run_dir: str | os.PathLike[str], *, request: Mapping[str,
     })
     return rd
 
-
-def deep_copy(obj: Any) -> Any:
-    """Deep copy helper (scenario scripts reuse template dicts)."""
-    return copy.deepcopy(obj)

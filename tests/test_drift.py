@@ -10,7 +10,7 @@ from rivumi_analysis.drift import DRIFT_FIELDS, EXPLANATIONS, drift_df
 from rivumi_analysis.reducer import fingerprint
 from tests.test_replay_helpers import Log, manifest, stamp, write_run
 
-EXAMPLE = Path("/work/shared/spec/examples/a66038f97f204cb3aaa96339f195c37e")
+EXAMPLE = Path(__file__).resolve().parent / "fixtures/example/a66038f97f204cb3aaa96339f195c37e"
 
 
 def _by_field(df: pl.DataFrame) -> dict[str, dict]:

@@ -22,7 +22,7 @@ from rivumi_analysis.reducer import (
 )
 from tests.test_replay_helpers import Log
 
-EXAMPLE = Path("/work/shared/spec/examples/a66038f97f204cb3aaa96339f195c37e")
+EXAMPLE = Path(__file__).resolve().parent / "fixtures/example/a66038f97f204cb3aaa96339f195c37e"
 EXAMPLE_BYTES = (EXAMPLE / "events.jsonl").read_bytes()
 MANIFEST = json.loads((EXAMPLE / "session.json").read_text())
 

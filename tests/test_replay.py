@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from rivumi_analysis import replay
 from rivumi_analysis.errors import ReplayRefused
 
-SPEC = Path("/work/shared/spec")
-EXAMPLE = SPEC / "examples" / "a66038f97f204cb3aaa96339f195c37e"
+SPEC = Path(__file__).resolve().parent / "fixtures"  # copies of ../shared/spec (see fixtures/README.md)
+EXAMPLE = SPEC / "example" / "a66038f97f204cb3aaa96339f195c37e"
 REFERENCE = SPEC / "reference-outputs" / "a66038f97f204cb3aaa96339f195c37e"
 FIXTURES = Path(__file__).parent / "fixtures" / "replay"
 
@@ -160,14 +160,39 @@ def test_not_regular_never_opened(kind, tmp_path, capsysbinary):
     assert result[0] == (2, b"", expected)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can read anything")
-def test_permission_denied(tmp_path, capsysbinary):  # pragma: no cover - root in CI
-    run = tmp_path / "r"
-    run.mkdir()
-    (run / "events.jsonl").write_bytes(b"")
-    (run / "events.jsonl").chmod(0)
-    code, _, err = _run_replay(str(run), capsysbinary)
-    assert code == 2 and b"[Errno 13] Permission denied" in err
+@pytest.mark.timeout(60)
+def test_permission_denied():
+    """An unreadable events.jsonl: the CLI prints the OS error (run as "nobody" when root)."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="rivumi-perm-", dir="/tmp"))
+    try:
+        top.chmod(0o755)
+        run = top / "r"
+        run.mkdir()
+        run.chmod(0o755)
+        (run / "events.jsonl").write_bytes(b"")
+        (run / "events.jsonl").chmod(0)
+        # import everything as the current user, then drop root (the interpreter may live
+        # where "nobody" cannot read)
+        code = ("import contextlib,io,os,sys; from rivumi_analysis.cli import main;"
+                "out=io.StringIO(); err=io.StringIO();"
+                "ctx=(contextlib.redirect_stdout(out), contextlib.redirect_stderr(err));"
+                f"[c.__enter__() for c in ctx]; main(['replay', {str(run)!r}, '--json']);"
+                "[c.__exit__(None, None, None) for c in ctx];"
+                "os.geteuid()==0 and (os.setgid(65534), os.setuid(65534));"
+                f"sys.exit(main(['replay', {str(run)!r}, '--json']))")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=50,
+                           cwd=str(Path(__file__).resolve().parents[1]))
+        assert p.returncode == 2, p.stderr
+        assert p.stdout == b""
+        assert p.stderr == (f"error: could not read event JSONL: [Errno 13] Permission denied: "
+                            f"'{run}/events.jsonl'\n").encode()
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------- replay_verdict

@@ -81,7 +81,7 @@ def test_sample_example_golden_is_the_runner_output():
     golden = GOLDEN / "example__a66038f97f204cb3aaa96339f195c37e.json"
     if not golden.exists():  # pragma: no cover
         pytest.skip("sample example run not generated")
-    ref = Path("/work/shared/spec/reference-outputs/a66038f97f204cb3aaa96339f195c37e")
+    ref = Path(__file__).resolve().parent / "fixtures/reference-outputs/a66038f97f204cb3aaa96339f195c37e"
     got = json.loads(golden.read_text())
     assert got["replay"]["stdout"].encode() == (ref / "replay-json.stdout").read_bytes()
     assert got["fork_seed_49"]["stdout"].encode() == (ref / "fork-seed-49.stdout").read_bytes()

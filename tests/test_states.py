@@ -16,7 +16,7 @@ from rivumi_analysis.schemas import StatesSchema
 from rivumi_analysis.states import STATE_COLUMNS, states_df
 from tests.test_replay_helpers import Log, manifest, write_run
 
-EXAMPLE = Path("/work/shared/spec/examples/a66038f97f204cb3aaa96339f195c37e")
+EXAMPLE = Path(__file__).resolve().parent / "fixtures/example/a66038f97f204cb3aaa96339f195c37e"
 
 
 def test_example_states_table():

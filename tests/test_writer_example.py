@@ -10,9 +10,11 @@ import pytest
 from rivumi_analysis.scenarios import example_script, run_script
 from rivumi_analysis.writer import action_fingerprint, dumps_compact
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "shared/spec/examples/a66038f97f204cb3aaa96339f195c37e"
-if not EXAMPLE.is_dir():  # CI lays shared/ beside the clone
-    EXAMPLE = Path(__file__).resolve().parents[1].parent / "shared/spec/examples" / EXAMPLE.name
+_ID = "a66038f97f204cb3aaa96339f195c37e"
+# shared/ sits beside the clone (locally and in CI); the lead's fixture copy is the fallback.
+EXAMPLE = Path(__file__).resolve().parents[2] / "shared/spec/examples" / _ID
+if not EXAMPLE.is_dir():
+    EXAMPLE = Path(__file__).resolve().parent / "fixtures/example" / _ID
 
 pytestmark = pytest.mark.skipif(not EXAMPLE.is_dir(), reason="spec example run not available")
 

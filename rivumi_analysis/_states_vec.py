@@ -1,0 +1,594 @@
+"""Vectorised engine for ``states_df``: the reference reducer's state table, per run, from
+polars expressions over one events frame.
+
+The reference (:mod:`rivumi_analysis.reducer`) folds immutable states event by event. Most of
+its state is a prefix aggregate, so here it becomes window expressions partitioned by run:
+
+* counters (model/tool calls, continuation/resume counts): ``cum_sum`` of indicators;
+* step, phase, terminal, terminal reason, turn start step: forward fill of the last "setter";
+* usage (§9.1): ``cum_sum`` of the per-event contributions (``provider_total_tokens`` is null
+  until the first usage mapping, then the running sum of the computed ``total_tokens``);
+* time (§8.3): ``cum_max`` of ``created_at`` (latest time), first time of each
+  ``run.created``/``session.continued`` segment (start and turn start), differences in exact
+  microseconds divided by 10**6 (bit-identical to ``timedelta.total_seconds``), float
+  ``cum_sum`` of increments (same additions in the same order as the reducer);
+* side effects in flight (tool calls by ``tool_call_id``, final checks by name): set
+  membership per (run, reset segment, key): a start adds a key not already in the set, a
+  completion removes a key that is; the count is the ``cum_sum`` of those deltas.
+
+Two small parts stay sequential, over the few events that touch them only (not per row): the
+repeat guard (§8.1: it needs the sha256 fingerprint of each requested call, computed with the
+reducer's own :func:`~rivumi_analysis.reducer.fingerprint`) and open approvals (request ids and
+their waits). Their per-event results are then forward filled by polars.
+
+A run whose log the vectorised path cannot express exactly falls back to the reference
+reducer (``engine="auto"``), so the table always equals the reference. The reasons (see
+:func:`fallback_reasons`):
+
+* ``duplicate_sequence``: the reducer rejects the event and keeps the state (state-atomic);
+* ``pending_calls_at_settle``: a tool call the model asked for never reached the log before the
+  next step or terminal event (the repeat-guard trip or an unlogged call, §8.1), so the
+  reducer's ``_settle_pending`` heuristics apply;
+* ``tool_calls_not_strings``: a ``model.completed.tool_calls`` entry that is not a string;
+* ``overlapping_approvals``: an ``approval.requested`` while another one is still open (the
+  open-wait sums would depend on the order of several entries);
+* ``unhashable_verification_name``: the reference itself raises on such a log.
+
+``fork_accepted`` (does replay accept the whole log, §7.6) is proved cheaply from what the
+loader already established for a clean native log (see :func:`_replay_accepts_fast`); when the
+proof does not go through, the exact :func:`rivumi_analysis.replay.replay_verdict` decides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from ._snapshot import Event, RunData
+from .reducer import (
+    REPEAT_TRIP,
+    Limits,
+    charge_waits_default,
+    infer_generation,
+)
+from .replay import MAX_EVENTS, replay_verdict
+
+__all__ = ["NotVectorizable", "fallback_reasons", "vector_states"]
+
+_UNKNOWN_TOOL_PREFIX = "Unknown tool"
+_TERMINAL = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
+_SETTLE = frozenset({"model.requested", "loop.wind_down_started", *_TERMINAL})
+_GUARD_TYPES = frozenset({"model.completed", "tool.requested", "tool.completed",
+                          "session.resumed", "session.continued", *_SETTLE})
+_APPROVAL_TYPES = frozenset({"approval.requested", "approval.resolved", "approval.abandoned",
+                             "session.resumed", "session.continued"})
+_PHASE = {"session.resumed": "running", "session.continued": "running",
+          "model.requested": "running", "approval.requested": "waiting_approval",
+          "approval.resolved": "running", **_TERMINAL}
+_RUN_EVENT_KEYS = frozenset({"created_at", "data", "event_id", "event_type", "run_id",
+                             "sequence", "task_id"})
+_US = 1_000_000
+# What reducer.fingerprint's json.dumps builds on every call, built once (same output).
+_CANON = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
+
+
+def fingerprint(name: Any, arguments: Any) -> str:
+    """:func:`rivumi_analysis.reducer.fingerprint`, without re-creating the encoder per call.
+
+    >>> from rivumi_analysis import reducer
+    >>> fingerprint("run_check", {"name": "é"}) == reducer.fingerprint("run_check", {"name": "é"})
+    True
+    """
+    text = _CANON({"name": name, "arguments": arguments})
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class NotVectorizable(ValueError):  # noqa: N818 (a refusal, not a failure of the toolkit)
+    """``engine="vectorized"`` met a run that only the reference reducer can reduce."""
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _is_omitted_stub(arguments: Any) -> bool:
+    return (isinstance(arguments, Mapping) and arguments.get("omitted") is True
+            and set(arguments) <= {"omitted", "utf8_bytes", "sha256"})
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+# --------------------------------------------------------------------------------------------
+# fork_accepted: a cheap proof that replay accepts the log, else the exact verdict
+# --------------------------------------------------------------------------------------------
+def _replay_accepts_fast(run: RunData, envelope_ok: bool) -> bool:
+    """True only when replay (§7.1-7.3) provably accepts ``run``'s log (else: undecided).
+
+    Holds for a clean native log: every physical line accepted by the loader with no warning
+    at all. For a non-external run that means each line is a JSON object that ``json.loads``
+    reads the same way (no BOM, duplicate key, NaN, line separator or over-long line), with
+    only RunEvent keys, a real non-negative int ``sequence``, a non-empty string ``run_id`` and
+    ``data`` an object. On top of that: newline-terminated, no ``\\u0000`` escape anywhere (so
+    no NUL reaches a timeline ``text``/``detail``), at most 10,000 events, and
+    ``envelope_ok`` (computed by the caller over the frame: no duplicate sequence, one
+    ``run_id``, ``event_type`` and ``run_id`` printable ASCII without spaces, so never blank
+    once stripped). Deep nesting and huge integers (which ``json.loads`` refuses) need long
+    lines; those lines are checked directly.
+    """
+    data = run.events_bytes
+    if run.events_status != "ok" or data is None:
+        return False
+    if not data:
+        return True
+    events = run.events
+    if (not envelope_ok or not data.endswith(b"\n") or b"\\u0000" in data
+            or len(events) > MAX_EVENTS or len(events) != len(run.lines)
+            or any(e.warnings for e in events)):
+        return False
+    for e in events:
+        if e.byte_length > 800:
+            lo, hi = e.byte_offset, e.byte_offset + e.byte_length
+            if e.byte_length > 4000 or data.count(b"{", lo, hi) + data.count(b"[", lo, hi) > 400:
+                return False
+    return True
+
+
+def _fork_accepted(run: RunData, envelope_ok: bool) -> bool:
+    if _replay_accepts_fast(run, envelope_ok):
+        return True
+    return replay_verdict(run.events_bytes, run.events_status, run.run_dir)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Sequential kernels over the few events that touch the guard and approvals
+# --------------------------------------------------------------------------------------------
+def _guard_scan(evs: Sequence[Event], idx: Sequence[int], cnt: list[Any], fp_set: list[Any],
+                fp: list[Any], unk: list[Any], gname: list[Any]) -> str | None:
+    """§8.1 over one run's guard-relevant events (in file order); fills the setter columns.
+
+    Returns a fallback reason when a settle point still has pending calls.
+    """
+    last_key: str | None = None
+    count = 0
+    pending: list[Any] = []
+    for i in idx:
+        e = evs[i]
+        et = e.event_type
+        d = e.data
+        if et == "tool.requested":
+            args = d.get("arguments")
+            name = d.get("name")
+            if _is_omitted_stub(args):
+                key = "omitted:" + fingerprint(name, {"sha256": args.get("sha256")})
+                real, unknown = None, True
+            else:
+                key = real = fingerprint(name, args if args is not None else {})
+                unknown = False
+        elif et == "tool.completed":
+            err = d.get("error")
+            if not (isinstance(err, str) and err.startswith(_UNKNOWN_TOOL_PREFIX)):
+                continue
+            name = d.get("name")
+            tcid = _str(d.get("tool_call_id")) or ""
+            key = "unknown:" + fingerprint(name, {"tool_call_id": tcid})
+            real, unknown = None, True
+        elif et == "model.completed":
+            calls = d.get("tool_calls")
+            if isinstance(calls, list):
+                if not all(type(n) is str for n in calls):
+                    return "tool_calls_not_strings"
+                pending = list(calls)
+            continue
+        elif et == "session.resumed":
+            count = 0
+            pending = []
+            cnt[i] = 0
+            continue
+        elif et == "session.continued":
+            count = 0
+            last_key = None
+            pending = []
+            cnt[i] = 0
+            fp_set[i] = True
+            fp[i] = None
+            unk[i] = False
+            continue
+        else:  # a settle point (§8.1 unlogged calls): only the empty case is vectorised
+            if pending:
+                return "pending_calls_at_settle"
+            continue
+        count = count + 1 if last_key is not None and key == last_key else 1
+        last_key = key
+        if name in pending:
+            pending.remove(name)
+        cnt[i] = count
+        fp_set[i] = True
+        fp[i] = real
+        unk[i] = unknown
+        gname[i] = name if isinstance(name, str) else None
+    return None
+
+
+def _approval_scan(evs: Sequence[Event], idx: Sequence[int], t_us: Sequence[int | None],
+                   last_prev: Sequence[int | None], a_open: list[Any], a_t: list[Any],
+                   a_wait: list[Any], a_down: list[Any]) -> str | None:
+    """Open approvals (at most one at a time) with their waits; fills the setter columns."""
+    open_rid: str | None = None
+    open_t: int | None = None
+    is_open = False
+    for i in idx:
+        e = evs[i]
+        et = e.event_type
+        if et == "approval.requested":
+            if is_open:
+                return "overlapping_approvals"
+            open_rid = _str(e.data.get("request_id")) or f"#{e.sequence}"
+            open_t = t_us[i]
+            is_open = True
+            a_open[i] = 1
+            a_t[i] = open_t
+        elif et == "session.resumed" or et == "session.continued":
+            if is_open and et == "session.resumed":
+                lp = last_prev[i]
+                waited = (lp - open_t) / _US if lp is not None and open_t is not None else None
+                a_wait[i] = waited or 0.0
+                gap = (t_us[i] - lp) / _US if lp is not None and t_us[i] is not None else None
+                a_down[i] = max(0.0, gap or 0.0)
+            is_open = False
+            a_open[i] = 0
+        elif is_open and open_rid == e.data.get("request_id"):  # resolved / abandoned
+            when = t_us[i]
+            waited = (when - open_t) / _US if when is not None and open_t is not None else None
+            a_wait[i] = waited or 0.0
+            is_open = False
+            a_open[i] = 0
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# The engine
+# --------------------------------------------------------------------------------------------
+def _ffill_value(value: str, setter: str, part: str | list[str] = "_r") -> pl.Expr:
+    """The value at the latest setter row of the partition (null values included)."""
+    idx = pl.when(pl.col(setter)).then(pl.col("_i")).forward_fill().over(part)
+    return pl.col(value).gather(idx)
+
+
+def _in_flight(df: pl.DataFrame, key: str, kind: str) -> pl.Series:
+    """Size of a set of keys after each row: ``kind`` +1 adds ``key``, -1 removes it, and
+    every reset segment (``_rs``) starts empty (the reducer's frozenset semantics)."""
+    touch = df.filter(pl.col(key).is_not_null()).select("_i", "_r", "_rs", key, kind)
+    touch = touch.with_columns(
+        pl.col(kind).shift(1).over(["_r", "_rs", key]).alias("_prev"))
+    inside = pl.col("_prev").fill_null(-1) == 1
+    touch = touch.select("_i", pl.when((pl.col(kind) == 1) & ~inside).then(1)
+                         .when((pl.col(kind) == -1) & inside).then(-1)
+                         .otherwise(0).alias("_delta"))
+    out = df.select("_i", "_r", "_rs").join(touch, on="_i", how="left", maintain_order="left")
+    return out.select(pl.col("_delta").fill_null(0).cum_sum().over(["_r", "_rs"]))
+    # (a frame with one column; the caller takes it as a Series)
+
+
+def fallback_reasons(runs: Sequence[RunData]) -> dict[str, str]:
+    """``run_dir -> reason`` for the runs the vectorised path hands to the reference reducer.
+
+    >>> from rivumi_analysis._snapshot import read_run
+    >>> fallback_reasons([read_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e")])
+    {}
+    """
+    _, reasons = _compute(list(runs), None)
+    return {runs[k].run_dir: why for k, why in reasons.items()}
+
+
+def vector_states(runs: Sequence[RunData], *,
+                  charge_approval_waits: bool | None = None) -> tuple[pl.DataFrame, dict[int, str]]:
+    """States of ``runs`` (non-external, in order) by the vectorised engine.
+
+    Returns:
+        ``(frame, fallbacks)``: the unvalidated frame with ``STATE_COLUMNS`` plus ``_r`` (the
+        index of the run in ``runs``) for the runs it could express, and ``{run index:
+        reason}`` for the others.
+    """
+    return _compute(list(runs), charge_approval_waits)
+
+
+def _compute(runs: list[RunData], charge: bool | None) -> tuple[pl.DataFrame, dict[int, str]]:
+    from .states import STATE_COLUMNS
+
+    # ---- envelope columns (one flat list of events; no per-event objects are created)
+    evs: list[Event] = [e for r in runs for e in r.events]
+    lengths = [len(r.events) for r in runs]
+    n = len(evs)
+    ts = pa.array([e.created_at for e in evs], type=pa.timestamp("us", tz="UTC"))
+    run_ord = (pl.int_range(len(runs), eager=True, dtype=pl.Int64)
+               .repeat_by(pl.Series(lengths, dtype=pl.UInt32)).explode().drop_nulls()
+               if runs else pl.Series([], dtype=pl.Int64))
+    base = pl.DataFrame({
+        "_i": pl.int_range(n, eager=True, dtype=pl.Int64),
+        "_r": run_ord.cast(pl.Int64),
+        "line_no": pl.Series([e.line_no for e in evs], dtype=pl.Int64),
+        "sequence": pl.Series([e.sequence for e in evs], dtype=pl.Int64),
+        "event_type": pl.Series([e.event_type for e in evs], dtype=pl.Utf8),
+        "created_at": pl.from_arrow(ts) if n else pl.Series([], dtype=pl.Datetime("us", "UTC")),
+    })
+    et = pl.col("event_type")
+    t = pl.col("created_at").cast(pl.Int64)
+    cont = et == "session.continued"
+    resumed = et == "session.resumed"
+    created = et.is_in(["run.created", "run.forked"]) & t.is_not_null()
+    base = base.with_columns(
+        t.alias("_t"),
+        t.cum_max().forward_fill().over("_r").alias("_last"),
+        created.cum_sum().over("_r").alias("_sseg"),
+        (created | cont).cum_sum().over("_r").alias("_tseg"),
+        cont.cum_sum().over("_r").alias("continuation_index"),
+        resumed.cum_sum().over("_r").alias("resume_count"),
+        (resumed | cont).cum_sum().over("_r").alias("_rs"),
+        pl.col("sequence").is_duplicated().any().over("_r").alias("_dup"),
+    ).with_columns(pl.col("_last").shift(1).over("_r").alias("_last_prev"))
+
+    # ---- which runs fall back, and the data fields, from the events that need them
+    reasons: dict[int, str] = {}
+    starts = [0]
+    for ln in lengths:
+        starts.append(starts[-1] + ln)
+    dup = base.group_by("_r").agg(pl.col("_dup").first()).filter(pl.col("_dup"))["_r"]
+    for k in dup.to_list():
+        reasons[k] = "duplicate_sequence"
+    types = base["event_type"]
+    by_type: dict[str, list[int]] = {}
+    for name in ("model.requested", "model.completed", "role_lane.completed", "tool.started",
+                 "tool.completed", "approval.requested", "verification.started",
+                 "verification.completed", "verification.reused", "run.completed",
+                 "run.failed", "run.cancelled"):
+        by_type[name] = (types == name).arg_true().to_list()
+    guard_idx = types.is_in(list(_GUARD_TYPES)).arg_true().to_list()
+    appr_idx = types.is_in(list(_APPROVAL_TYPES)).arg_true().to_list()
+
+    def col(default: Any = None) -> list[Any]:
+        return [default] * n
+
+    step_v = col()
+    for i in by_type["model.requested"]:
+        v = evs[i].data.get("step")
+        step_v[i] = v if type(v) is int else None
+    # usage: (input, output, cached, reasoning, right total) per add; lane 0 primary 1 reviewer
+    u_add, u_lane = col(False), col()
+    u_in, u_out, u_cached, u_reason, u_rt = col(0), col(0), col(0), col(0), col(0)
+    for lane, name in ((0, "model.completed"), (1, "role_lane.completed")):
+        for i in by_type[name]:
+            u = evs[i].data.get("usage")
+            if not isinstance(u, Mapping):
+                continue
+            inp, out = _int(u.get("input_tokens")), _int(u.get("output_tokens"))
+            ptt = u.get("provider_total_tokens")
+            u_add[i], u_lane[i] = True, lane
+            u_in[i], u_out[i] = inp, out
+            u_cached[i] = _int(u.get("cached_input_tokens"))
+            u_reason[i] = _int(u.get("reasoning_tokens"))
+            u_rt[i] = ptt if isinstance(ptt, int) and not isinstance(ptt, bool) else inp + out
+    # side effects: tool keys and verification keys, +1 start / -1 completion
+    tkey, tkind, vkey, vkind = col(), col(), col(), col()
+    for i in by_type["tool.started"]:
+        e = evs[i]
+        tkey[i], tkind[i] = _str(e.data.get("tool_call_id")) or f"#{e.sequence}", 1
+    for i in by_type["tool.completed"]:
+        tkey[i], tkind[i] = _str(evs[i].data.get("tool_call_id")) or "", -1
+    for i in by_type["verification.started"]:
+        e = evs[i]
+        name = e.data.get("name")
+        vkey[i], vkind[i] = name if isinstance(name, str) else f"#{e.sequence}", 1
+    for i in by_type["verification.completed"] + by_type["verification.reused"]:
+        name = evs[i].data.get("name")
+        if isinstance(name, str):
+            vkey[i], vkind[i] = name, -1
+        elif isinstance(name, list | dict):
+            reasons.setdefault(_run_of(starts, i), "unhashable_verification_name")
+    term_reason = col()
+    for name in _TERMINAL:
+        for i in by_type[name]:
+            term_reason[i] = _str(evs[i].data.get("terminal_reason"))
+    # repeat guard and approvals, run by run over their few events
+    g_cnt, g_fp_set, g_fp, g_unk, g_name = col(), col(False), col(), col(), col()
+    a_open, a_t, a_wait, a_down = col(), col(), col(0.0), col(0.0)
+    t_list = base["_t"].to_list()
+    last_prev = base["_last_prev"].to_list()
+    gi = ai = 0
+    for k in range(len(runs)):
+        lo, hi = starts[k], starts[k + 1]
+        g_run: list[int] = []
+        while gi < len(guard_idx) and guard_idx[gi] < hi:
+            g_run.append(guard_idx[gi])
+            gi += 1
+        a_run: list[int] = []
+        while ai < len(appr_idx) and appr_idx[ai] < hi:
+            a_run.append(appr_idx[ai])
+            ai += 1
+        if k in reasons or lo == hi:
+            continue
+        why = (_guard_scan(evs, g_run, g_cnt, g_fp_set, g_fp, g_unk, g_name)
+               or _approval_scan(evs, a_run, t_list, last_prev, a_open, a_t, a_wait, a_down))
+        if why:
+            reasons[k] = why
+
+    df = base.with_columns(
+        pl.Series("_step_v", step_v, dtype=pl.Int64),
+        pl.Series("_u_add", u_add, dtype=pl.Boolean),
+        pl.Series("_u_lane", u_lane, dtype=pl.Int8),
+        pl.Series("_u_in", u_in, dtype=pl.Int64),
+        pl.Series("_u_out", u_out, dtype=pl.Int64),
+        pl.Series("_u_cached", u_cached, dtype=pl.Int64),
+        pl.Series("_u_reason", u_reason, dtype=pl.Int64),
+        pl.Series("_u_rt", u_rt, dtype=pl.Int64),
+        pl.Series("_tkey", tkey, dtype=pl.Utf8),
+        pl.Series("_tkind", tkind, dtype=pl.Int8),
+        pl.Series("_vkey", vkey, dtype=pl.Utf8),
+        pl.Series("_vkind", vkind, dtype=pl.Int8),
+        pl.Series("_term_reason", term_reason, dtype=pl.Utf8),
+        pl.Series("_g_cnt", g_cnt, dtype=pl.Int64),
+        pl.Series("_g_fp_set", g_fp_set, dtype=pl.Boolean),
+        pl.Series("_g_fp", g_fp, dtype=pl.Utf8),
+        pl.Series("_g_unk", g_unk, dtype=pl.Boolean),
+        pl.Series("_a_open", a_open, dtype=pl.Int64),
+        pl.Series("_a_t", a_t, dtype=pl.Int64),
+        (pl.col("event_type") == "approval.requested").alias("_a_set"),
+        pl.Series("_a_wait", a_wait, dtype=pl.Float64),
+        pl.Series("_a_down", a_down, dtype=pl.Float64),
+    )
+    if reasons:
+        df = df.filter(~pl.col("_r").is_in(list(reasons)))
+    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"))
+
+    # ---- per-run constants
+    printable = r"^[!-~]+$"
+    envelope_ok = set(base.with_columns(
+        pl.Series("_rid", [e.run_id for e in evs], dtype=pl.Utf8, strict=False))
+        .group_by("_r").agg(
+            ok=~pl.col("_dup").first() & pl.col("event_type").str.contains(printable).all()
+            & pl.col("_rid").str.contains(printable).all()
+            & (pl.col("_rid").n_unique() == 1) & pl.col("_rid").is_not_null().all())
+        .filter(pl.col("ok"))["_r"].to_list())
+    gen, chg, accepted, max_steps, wall, max_tok = [], [], [], [], [], []
+    for k, run in enumerate(runs):
+        if k in reasons:
+            gen.append(None), chg.append(None), accepted.append(None)
+            max_steps.append(None), wall.append(None), max_tok.append(None)
+            continue
+        lo, hi = starts[k], starts[k + 1]
+        g = infer_generation([e for e in evs[lo:hi] if e.event_type in (
+            "approval.requested", "approval.resolved", "approval.reused",
+            "verification.completed")], run.manifest)
+        gen.append(g)
+        chg.append(charge_waits_default(g) if charge is None else bool(charge))
+        accepted.append(_fork_accepted(run, k in envelope_ok))
+        lim = Limits.from_request(run.request)
+        max_steps.append(lim.max_steps if lim else None)
+        wall.append(lim.wall_time_seconds if lim else None)
+        max_tok.append(lim.max_total_tokens if lim else None)
+    per_run = pl.DataFrame({
+        "_r": pl.int_range(len(runs), eager=True, dtype=pl.Int64),
+        "run_dir": pl.Series([r.run_dir for r in runs], dtype=pl.Utf8),
+        "run_id": pl.Series([r.run_id for r in runs], dtype=pl.Utf8),
+        "kind": pl.Series([r.kind for r in runs], dtype=pl.Utf8),
+        "fork_accepted": pl.Series(accepted, dtype=pl.Boolean),
+        "runner_generation": pl.Series(gen, dtype=pl.Utf8),
+        "charge_approval_waits": pl.Series(chg, dtype=pl.Boolean),
+        "_max_steps": pl.Series(max_steps, dtype=pl.Int64),
+        "_wall": pl.Series(wall, dtype=pl.Float64),
+        "_max_tok": pl.Series(max_tok, dtype=pl.Int64),
+    })
+    df = df.join(per_run, on="_r", how="left", maintain_order="left")
+    # A materialised column (a literal or pl.repeat would be folded into "* 1e-6" again).
+    df = df.with_columns(pl.Series("_1e6", [float(_US)], dtype=pl.Float64)
+                         .extend_constant(float(_US), max(df.height - 1, 0))
+                         .head(df.height))
+
+    # ---- side effects in flight
+    tools = _in_flight(df, "_tkey", "_tkind").to_series()
+    checks = _in_flight(df, "_vkey", "_vkind").to_series()
+    df = df.with_columns((tools + checks).alias("side_effects_in_flight"))
+
+    # ---- the window expressions
+    def cnt(t: str) -> pl.Expr:
+        return (et == t).cum_sum().over("_r").cast(pl.Int64)
+
+    def usage_sum(c: str, lane: int | None = None) -> pl.Expr:
+        keep = pl.col("_u_add") if lane is None else pl.col("_u_add") & (pl.col("_u_lane") == lane)
+        return pl.when(keep).then(pl.col(c)).otherwise(0).cum_sum().over("_r")
+
+    def lane_total(lane: int | None) -> pl.Expr:
+        keep = pl.col("_u_add") if lane is None else pl.col("_u_add") & (pl.col("_u_lane") == lane)
+        added = keep.cum_sum().over("_r") > 0
+        return pl.when(added).then(usage_sum("_u_rt", lane))
+
+    def secs(end: pl.Expr, start: pl.Expr) -> pl.Expr:
+        # Divide by a column, not a scalar: polars turns "/ scalar" into "* (1 / scalar)",
+        # which is off by an ulp from timedelta.total_seconds() (int / 10**6, exact rounding).
+        return (end - start).cast(pl.Float64) / pl.col("_1e6")
+
+    def first_time(seg: str) -> pl.Expr:
+        has = pl.col("_t").is_not_null()
+        first = has & (has.cum_sum().over(["_r", seg]) == 1)
+        return pl.when(first).then(pl.col("_t")).forward_fill().over(["_r", seg])
+
+    phase_v = et.replace_strict(_PHASE, default=None, return_dtype=pl.Utf8)
+    term_set = et.is_in(list(_TERMINAL))
+    df = df.with_columns(
+        pl.col("_step_v").forward_fill().over("_r").fill_null(0).alias("step"),
+        cnt("model.requested").alias("model_requests"),
+        cnt("model.completed").alias("model_completions"),
+        cnt("model.failed").alias("model_failures"),
+        cnt("tool.requested").alias("tool_requests"),
+        cnt("tool.started").alias("tool_starts"),
+        cnt("tool.completed").alias("tool_completions"),
+        usage_sum("_u_in").alias("input_tokens"),
+        usage_sum("_u_out").alias("output_tokens"),
+        usage_sum("_u_cached").alias("cached_input_tokens"),
+        usage_sum("_u_reason").alias("reasoning_tokens"),
+        lane_total(None).alias("provider_total_tokens"),
+        lane_total(0).fill_null(0).alias("primary_total_tokens"),
+        lane_total(1).fill_null(0).alias("reviewer_total_tokens"),
+        pl.col("_g_cnt").forward_fill().over("_r").fill_null(0).alias("repeat_count"),
+        pl.col("_g_unk").forward_fill().over("_r").fill_null(False).alias("fingerprint_unknown"),
+        pl.lit(0, dtype=pl.Int64).alias("unlogged_guard_calls"),
+        pl.col("_a_open").forward_fill().over("_r").fill_null(0).alias("open_approvals"),
+        _ffill_value("_a_t", "_a_set").alias("_open_t"),
+        phase_v.forward_fill().over("_r").fill_null("created").alias("phase"),
+        pl.when(term_set).then(True).when(cont).then(False).forward_fill().over("_r")
+        .fill_null(False).alias("terminal"),
+        term_set.alias("_term_set"),
+        first_time("_sseg").alias("_started"),
+        first_time("_tseg").alias("_turn_started"),
+        pl.col("_a_wait").cum_sum().over("_r").alias("_aw"),
+        pl.col("_a_wait").cum_sum().over(["_r", "continuation_index"]).alias("_awt"),
+        pl.col("_a_down").cum_sum().over(["_r", "continuation_index"]).alias("_dit"),
+        pl.when(resumed).then(pl.max_horizontal(
+            secs(pl.col("_t"), pl.col("_last_prev")).fill_null(0.0), pl.lit(0.0)))
+        .otherwise(0.0).cum_sum().over("_r").alias("resume_downtime_seconds"),
+    )
+    df = df.with_columns(
+        _ffill_value("_g_fp", "_g_fp_set").alias("last_action_fingerprint"),
+        _ffill_value("_term_reason", "_term_set").alias("terminal_reason"),
+        pl.when(cont).then(pl.col("step").shift(1).over("_r").fill_null(0))
+        .forward_fill().over("_r").fill_null(0).alias("_turn_start_step"),
+        pl.when(pl.col("provider_total_tokens").is_not_null())
+        .then(pl.col("provider_total_tokens"))
+        .otherwise(pl.col("input_tokens") + pl.col("output_tokens")).alias("total_tokens"),
+        pl.when(pl.col("open_approvals") > 0)
+        .then(secs(pl.col("_last"), pl.col("_open_t")).fill_null(0.0))
+        .otherwise(0.0).alias("_open_secs"),
+        secs(pl.col("_last"), pl.col("_started")).alias("wall_elapsed_seconds"),
+        secs(pl.col("_last"), pl.col("_turn_started")).alias("_elapsed"),
+    )
+    elapsed = pl.when(pl.col("charge_approval_waits")).then(pl.col("_elapsed")).otherwise(
+        pl.col("_elapsed") - ((pl.col("_awt") + pl.col("_open_secs")) + pl.col("_dit")))
+    df = df.with_columns(
+        (pl.col("_aw") + pl.col("_open_secs")).alias("approval_wait_seconds"),
+        pl.when(elapsed > 0.0).then(elapsed).when(elapsed.is_not_null()).then(0.0)
+        .alias("charged_wall_seconds"),
+        pl.max_horizontal(pl.lit(REPEAT_TRIP) - pl.col("repeat_count"), pl.lit(0))
+        .cast(pl.Int64).alias("repeat_trip_distance"),
+        ((pl.col("side_effects_in_flight") == 0) & (pl.col("open_approvals") == 0))
+        .alias("fork_safe"),
+        (pl.col("_max_steps") - (pl.col("step") - pl.col("_turn_start_step")))
+        .alias("steps_remaining"),
+        (pl.col("_max_tok") - pl.col("total_tokens")).alias("tokens_remaining"),
+        pl.lit(None, dtype=pl.Utf8).alias("rejected"),
+    ).with_columns(
+        (pl.col("_wall") - pl.col("charged_wall_seconds")).alias("wall_time_remaining_seconds"),
+    )
+    out = df.select("_r", *[pl.col(c).cast(dt) for c, dt in STATE_COLUMNS.items()])
+    return out, reasons
+
+
+def _run_of(starts: list[int], i: int) -> int:
+    import bisect
+
+    return bisect.bisect_right(starts, i) - 1

@@ -1,0 +1,299 @@
+"""The vectorised ``states_df`` engine equals the reference reducer (issue 4 done-when, issue 6).
+
+Every comparison is whole-frame equality (all columns, dtypes, null positions and float bits)
+between ``engine="reference"`` and ``engine="auto"`` (vectorised with per-run fallback), and,
+where the vectorised path can express the run, ``engine="vectorized"`` alone.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rivumi_analysis import states as states_mod
+from rivumi_analysis._snapshot import load_fleet, read_run
+from rivumi_analysis._states_vec import NotVectorizable, fallback_reasons
+from rivumi_analysis.states import states_df
+from tests.test_replay_helpers import RUN_ID, Log, manifest, stamp, write_run
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_RUNS = ROOT / "sample_runs"
+EXAMPLE = Path(__file__).resolve().parent / "fixtures/example/a66038f97f204cb3aaa96339f195c37e"
+_KNOWN_REASONS = {"duplicate_sequence", "pending_calls_at_settle", "tool_calls_not_strings",
+                  "overlapping_approvals", "unhashable_verification_name"}
+
+
+def _assert_same(ref: pl.DataFrame, got: pl.DataFrame) -> None:
+    assert ref.schema == got.schema
+    assert ref.height == got.height
+    for name in ref.columns:
+        a, b = ref[name], got[name]
+        if not a.equals(b):  # name the first differing cell for a readable failure
+            bad = ref.with_row_index("_row").filter(a.ne_missing(b))
+            row = bad.row(0, named=True)
+            raise AssertionError(f"{name} differs at row {row['_row']} (line {row['line_no']}, "
+                                 f"{row['event_type']}): reference {row[name]!r}, "
+                                 f"vectorised {b[row['_row']]!r}")
+    assert ref.equals(got)
+
+
+@pytest.fixture
+def no_pandera(monkeypatch):
+    """Skip the (slow, fixed-cost) pandera pass in the many-example tests: both engines
+    build the same frame either way, and the sample-run tests validate it."""
+    monkeypatch.setattr(states_mod, "_validate", lambda df: df)
+
+
+def _check(source: Any, **kw: Any) -> pl.DataFrame:
+    ref = states_df(source, engine="reference", **kw)
+    _assert_same(ref, states_df(source, engine="auto", **kw))
+    return ref
+
+
+# ---------------------------------------------------------------------------- real runs
+def test_example_run_is_vectorised_and_equal():
+    ref = _check(str(EXAMPLE))
+    _assert_same(ref, states_df(str(EXAMPLE), engine="vectorized"))
+    for charge in (True, False):
+        _assert_same(states_df(str(EXAMPLE), engine="reference", charge_approval_waits=charge),
+                     states_df(str(EXAMPLE), engine="vectorized",
+                               charge_approval_waits=charge))
+
+
+def test_every_sample_run_equals_the_reference():
+    ref = _check(str(SAMPLE_RUNS))
+    assert ref.height > 2000
+
+
+def test_every_sample_run_alone_equals_the_reference(no_pandera):
+    runs = [r for r in load_fleet(str(SAMPLE_RUNS)).runs if r.kind != "external"]
+    reasons = fallback_reasons(runs)
+    assert set(reasons.values()) <= _KNOWN_REASONS
+    assert len(reasons) <= len(runs) // 5  # the common case takes the vectorised path
+    # run by run too (a run alone, so no neighbour can hide an offset)
+    for run in runs:
+        got = states_df(run, engine="auto")
+        _assert_same(states_df(run, engine="reference"), got)
+
+
+def test_vectorized_engine_refuses_what_it_cannot_express(tmp_path):
+    log = Log().add("run.created").add("model.requested", step=1)
+    log.add("model.requested", seq=1, step=5)
+    run = write_run(tmp_path, "r1", log, manifest())
+    with pytest.raises(NotVectorizable, match="duplicate_sequence"):
+        states_df(str(run), engine="vectorized")
+    df = _check(str(run))
+    assert df["rejected"].to_list() == [None, None, "duplicate_sequence"]
+    with pytest.raises(ValueError, match="engine"):
+        states_df(str(run), engine="fast")
+
+
+def test_empty_and_mixed_sources(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "events.jsonl").write_bytes(b"")
+    (empty / "session.json").write_text(json.dumps(manifest()))
+    assert _check(str(empty)).height == 0
+    # a fallback run between two vectorised ones keeps the run order
+    good = Log().add("run.created").model(1).tool("a", "read_file", {"p": 1})
+    dup = Log().add("run.created").add("model.requested", step=1).add("x", seq=1)
+    write_run(tmp_path / "m", "a1", good, manifest())
+    write_run(tmp_path / "m", "b2", dup, manifest())
+    write_run(tmp_path / "m", "c3", good, manifest())
+    runs = load_fleet(str(tmp_path / "m")).runs
+    ref = _check(runs)
+    assert ref["run_dir"].unique(maintain_order=True).to_list() == [r.run_dir for r in runs]
+
+
+# ---------------------------------------------------------------------------- built logs
+def _ops_log(ops: list[tuple[Any, ...]]) -> Log:
+    """A protocol-shaped log from a list of operations (hypothesis draws the list)."""
+    log = Log().add("run.created", at=0, provider="p", model="m", prompt_version="v",
+                    base_sha="0" * 40)
+    step = 0
+    for op in ops:
+        kind = op[0]
+        if kind == "step":
+            _, names, usage = op
+            step += 1
+            log.model(step, usage, tool_calls=list(names))
+        elif kind == "tool":
+            _, tcid, name, arg, approve = op
+            log.tool(tcid, name, {"path": arg}, effect="execute" if approve else "read",
+                     approve=approve)
+        elif kind == "omitted":
+            log.add("tool.requested", tool_call_id=op[1], name="create_file", effect="modify",
+                    arguments={"omitted": True, "utf8_bytes": 30000, "sha256": op[2] * 64})
+        elif kind == "unknown":
+            log.add("tool.completed", tool_call_id=op[1], name="save_memory", ok=False,
+                    error="Unknown tool 'save_memory'. Available tools: read_file")
+        elif kind == "open_approval":
+            log.add("approval.requested", request_id=op[1], action_id="a", effect="execute",
+                    reason="model_tool", policy_reason="p", preview="")
+        elif kind == "resolve":
+            log.add("approval.resolved", request_id=op[1], action_id="a", effect="execute",
+                    reason="model_tool", policy_reason="p", decision="allow_once")
+        elif kind == "start":
+            log.add("tool.started", tool_call_id=op[1], name="shell", effect="execute")
+        elif kind == "complete":
+            log.add("tool.completed", tool_call_id=op[1], name="shell", ok=True, error=None,
+                    preview="")
+        elif kind == "check":
+            log.add("verification.started", name=op[1], argv=["make"])
+            if op[2]:
+                log.add("verification.completed", name=op[1], argv=["make"], ok=True,
+                        exit_code=0, duration_seconds=0.5)
+        elif kind == "review":
+            log.add("role_lane.completed", role="reviewer", provider="p", model="m",
+                    usage={"input_tokens": op[1], "output_tokens": 2, "total_tokens": op[1] + 2},
+                    cost=None, preview="")
+        elif kind == "resume":
+            log.add("session.resumed", at=log.t + op[1], provider="p", model="m",
+                    base_sha="0" * 40, resumed_step=step)
+            if op[2]:
+                log.add("approval.abandoned", request_id=op[2], action_id="a",
+                        effect="execute", reason="process_interrupted_before_decision")
+        elif kind == "end":
+            log.add(op[1], terminal_reason=op[2], changed_files=[])
+        elif kind == "continue":
+            log.add("session.continued", provider="p", model="m", base_sha="0" * 40,
+                    resumed_step=step)
+        elif kind == "gap":
+            log.seq += op[1]
+        elif kind == "dup":
+            log.add("model.retry", seq=max(0, log.seq - 1), attempt=1, provider="p",
+                    error="x", delay_seconds=1.0)
+        elif kind == "wind_down":
+            log.add("loop.wind_down_started", step=step)
+    return log
+
+
+_tcid = st.sampled_from(["t1", "t2", "t3"])
+_rid = st.sampled_from(["r1", "r2"])
+_op = st.one_of(
+    st.tuples(st.just("step"), st.lists(st.sampled_from(["read_file", "shell", "save_memory"]),
+                                        max_size=2),
+              st.one_of(st.none(), st.fixed_dictionaries(
+                  {"input_tokens": st.integers(0, 50), "output_tokens": st.integers(0, 9)},
+                  optional={"provider_total_tokens": st.integers(0, 99)}))),
+    st.tuples(st.just("tool"), _tcid, st.sampled_from(["read_file", "shell"]),
+              st.sampled_from(["a", "b"]), st.sampled_from([0.0, 0.0, 2.5, 30.0])),
+    st.tuples(st.just("omitted"), _tcid, st.sampled_from(["a", "b"])),
+    st.tuples(st.just("unknown"), _tcid),
+    st.tuples(st.just("open_approval"), _rid),
+    st.tuples(st.just("resolve"), _rid),
+    st.tuples(st.just("start"), _tcid),
+    st.tuples(st.just("complete"), _tcid),
+    st.tuples(st.just("check"), st.sampled_from(["c1", "c2"]), st.booleans()),
+    st.tuples(st.just("review"), st.integers(0, 20)),
+    st.tuples(st.just("resume"), st.sampled_from([0.0, 5.0, 120.0]),
+              st.sampled_from([None, "r1", "r2"])),
+    st.tuples(st.just("end"), st.sampled_from(["run.completed", "run.failed", "run.cancelled"]),
+              st.sampled_from(["verified", "repeated_action", None])),
+    st.tuples(st.just("continue")),
+    st.tuples(st.just("gap"), st.integers(1, 3)),
+    st.tuples(st.just("dup")),
+    st.tuples(st.just("wind_down")),
+)
+_SETTINGS = settings(max_examples=200, deadline=None,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                            HealthCheck.too_slow])
+
+
+def _compare_log_bytes(data: bytes, request: dict[str, Any] | None,
+                       charge: bool | None) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / RUN_ID
+        run.mkdir()
+        (run / "events.jsonl").write_bytes(data)
+        (run / "session.json").write_text(json.dumps(manifest()))
+        if request is not None:
+            (run / "request.json").write_text(json.dumps(request))
+        _check(read_run(str(run)), charge_approval_waits=charge)
+
+
+@_SETTINGS
+@given(st.lists(_op, max_size=30),
+       st.sampled_from([None, {"limits": {"max_steps": 4, "max_total_tokens": 120,
+                                          "wall_time_seconds": 60}}, {}]),
+       st.sampled_from([None, False, True]))
+def test_generated_protocol_logs_equal_the_reference(no_pandera, ops, request, charge):
+    _compare_log_bytes(_ops_log(ops).bytes(), request, charge)
+
+
+# Random envelopes with odd data types, missing times, duplicates and gaps (no protocol).
+_TYPES = ["run.created", "model.requested", "model.completed", "tool.requested", "tool.started",
+          "tool.completed", "approval.requested", "approval.resolved", "approval.abandoned",
+          "session.resumed", "session.continued", "verification.started",
+          "verification.completed", "verification.reused", "run.failed", "run.completed",
+          "role_lane.completed", "loop.wind_down_started", "model.failed", "run.forked"]
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(-2, 5), st.sampled_from(["", "a", "b"]))
+_data = st.fixed_dictionaries({}, optional={
+    "step": st.one_of(st.integers(0, 5), st.booleans(), st.text(max_size=2)),
+    "name": _scalar,
+    "arguments": st.one_of(st.dictionaries(st.sampled_from(["p"]), st.integers(0, 1)),
+                           st.just({"omitted": True, "sha256": "x"}), st.none(), _scalar),
+    "tool_call_id": _scalar,
+    "request_id": _scalar,
+    "tool_calls": st.one_of(st.lists(st.sampled_from(["a", "b"]), max_size=2), _scalar),
+    "usage": st.one_of(_scalar, st.dictionaries(
+        st.sampled_from(["input_tokens", "output_tokens", "provider_total_tokens",
+                         "cached_input_tokens", "reasoning_tokens"]),
+        st.one_of(st.integers(0, 9), st.booleans(), st.none(), st.just(1.5)))),
+    "terminal_reason": _scalar,
+    "error": st.sampled_from(["Unknown tool 'x'", "boom", None]),
+})
+_line = st.tuples(st.integers(0, 40), st.sampled_from(_TYPES),
+                  st.one_of(st.none(), st.integers(0, 200)), _data)
+
+
+@_SETTINGS
+@given(st.lists(_line, max_size=25), st.sampled_from([None, False, True]))
+def test_generated_odd_logs_equal_the_reference(no_pandera, lines, charge):
+    out = []
+    for i, (seq, et, at, data) in enumerate(lines):
+        obj: dict[str, Any] = {"data": data, "event_id": f"{i:032x}", "event_type": et,
+                               "run_id": RUN_ID, "sequence": seq, "task_id": "task"}
+        if at is not None:
+            obj["created_at"] = stamp(at * 0.37)
+        out.append(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode() + b"\n")
+    _compare_log_bytes(b"".join(out), {"limits": {"max_steps": 3}}, charge)
+
+
+def test_hand_made_edge_logs(tmp_path):
+    # resume while an approval is open (wait and outage not charged), then continuation
+    log = Log().add("run.created", at=0).model(1, tool_calls=["shell"])
+    log.add("tool.requested", tool_call_id="a", name="shell", effect="execute",
+            arguments={"c": 1})
+    log.add("approval.requested", request_id="r1", action_id="a", effect="execute",
+            reason="model_tool", policy_reason="p", preview="")
+    log.add("session.resumed", at=log.t + 100.0, resumed_step=1)
+    log.add("approval.abandoned", request_id="r1", action_id="a", effect="execute",
+            reason="process_interrupted_before_decision")
+    log.tool("b", "shell", {"c": 1}).add("run.completed", terminal_reason="verified")
+    log.add("session.continued").tool("c", "shell", {"c": 1})
+    log.seq += 5  # a gap: replay allows it, the reducer does not care
+    log.model(2).add("run.failed", terminal_reason="wall_time_exceeded")
+    run = write_run(tmp_path, "edge", log, manifest(),
+                    request={"limits": {"max_steps": 3, "wall_time_seconds": 50}})
+    ref = _check(str(run))
+    _assert_same(ref, states_df(str(run), engine="vectorized"))
+    assert ref["resume_count"].max() == 1 and ref["continuation_index"].max() == 1
+    # an interleaved read-only batch: two tools in flight at once
+    log = Log().add("run.created").model(1, tool_calls=["read_file", "read_file"])
+    log.add("tool.requested", tool_call_id="a", name="read_file", effect="read",
+            arguments={"p": 1})
+    log.add("tool.requested", tool_call_id="b", name="read_file", effect="read",
+            arguments={"p": 2})
+    for kind in ("tool.started", "tool.started", "tool.completed", "tool.completed"):
+        log.add(kind, tool_call_id="a" if log.seq % 2 else "b", name="read_file", ok=True)
+    run = write_run(tmp_path, "batch", log, manifest())
+    ref = _check(str(run))
+    assert ref["side_effects_in_flight"].max() == 2
