@@ -13,7 +13,8 @@ summed over the child's whole process tree, workers included):
 (c) ``cli_cold_cache`` / ``cli_no_cache``   ``rivumi-analysis audit --format json`` end to end
                    (empty cache dir / ``--no-cache``);
 (d) ``api_cold`` / ``api_warm``   ``audit()`` in-process with an empty / a filled cache;
-(e) ``events_df``; (f) ``states_df``;
+(e) ``events_df``; (f) ``states_df`` (end to end, and ``states_reduce``: on runs already
+                   loaded, the replay reduction alone);
 (g) ``stat_floor``  ``lstat`` of every file plus a listing of every run folder.
 
 On the single large log only ``events_df`` and ``states_df`` are measured. Timed figures are
@@ -180,9 +181,21 @@ def m_states_df(root: str, cache: str | None) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - t, "rows": df.height}
 
 
+def m_states_reduce(root: str, cache: str | None) -> dict[str, Any]:
+    """``states_df`` on runs already loaded: the replay reduction alone."""
+    from rivumi_analysis._snapshot import load_fleet
+    from rivumi_analysis.states import states_df
+
+    runs = load_fleet(root).runs
+    t = time.perf_counter()
+    df = states_df(runs)
+    return {"seconds": time.perf_counter() - t, "rows": df.height}
+
+
 MEASURES = {"baseline": m_baseline, "read_all": m_read_all, "stat_floor": m_stat_floor,
             "api_cold": m_api, "api_no_cache": m_api, "api_warm": m_api_warm,
-            "events_df": m_events_df, "states_df": m_states_df}
+            "events_df": m_events_df, "states_df": m_states_df,
+            "states_reduce": m_states_reduce}
 
 
 def _tree_rss(proc: Any) -> int:
@@ -244,11 +257,12 @@ def measure(name: str, root: Path, reps: int) -> dict[str, Any]:
     walls, peaks, inner, cpus = [], [], [], []
     for _ in range(reps):
         cache = tempfile.mkdtemp(prefix="rivumi-bench-cache-")
+        file_list = None
         try:
             if name == "wc_l":
                 files = [os.path.join(dp, f) for dp, _d, fn in os.walk(root) for f in fn]
-                cmd = ["sh", "-c", 'cat "$0" | xargs -0 wc -l > /dev/null',
-                       _nul_list(files)]
+                file_list = _nul_list(files)
+                cmd = ["sh", "-c", 'cat "$0" | xargs -0 wc -l > /dev/null', file_list]
             elif name in ("cli_cold_cache", "cli_no_cache"):
                 cmd = [PY, "-m", "rivumi_analysis.cli", "audit", "--format", "json", str(root)]
                 cmd += ["--cache-dir", cache] if name == "cli_cold_cache" else ["--no-cache"]
@@ -263,6 +277,8 @@ def measure(name: str, root: Path, reps: int) -> dict[str, Any]:
                 inner.append(json.loads(out))
         finally:
             shutil.rmtree(cache, ignore_errors=True)
+            if file_list:
+                os.unlink(file_list)
     secs = [i["seconds"] for i in inner] if inner else walls
     res = {"median_s": statistics.median(secs), "min_s": min(secs), "max_s": max(secs),
            "peak_rss_mb": max(peaks) / 2**20, "wall_incl_startup_s": statistics.median(walls),
@@ -281,7 +297,7 @@ def _nul_list(files: list[str]) -> str:
 
 FLEET_MEASURES = ("wc_l", "read_all", "stat_floor", "baseline", "cli_no_cache",
                   "cli_cold_cache", "api_no_cache", "api_cold", "api_warm", "events_df",
-                  "states_df")
+                  "states_df", "states_reduce")
 
 
 def bench_corpus(label: str, root: Path, reps: int, names: tuple[str, ...]) -> dict[str, Any]:
@@ -328,6 +344,10 @@ def _ratios(out: dict[str, Any]) -> None:
     if st and st.get("rows"):
         lines.append(f"states_df events/s                = {st['rows'] / st['median_s']:,.0f}"
                      "  (goal >= 1,000,000)")
+    sr = r.get("states_reduce")
+    if sr and sr.get("rows"):
+        lines.append(f"states_df events/s, reduction only = {sr['rows'] / sr['median_s']:,.0f}"
+                     "  (runs already loaded)")
     ev = r.get("events_df")
     if ev:
         lines.append(f"events_df peak RSS / corpus bytes = "
@@ -367,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(args.work)
         if size == "single":
             root = make_corpus(work / "single-200mb", 1, 0, single_log_mb=200)
-            names = only or ("events_df", "states_df")
+            names = only or ("events_df", "states_df", "states_reduce")
         else:
             n = int(size)
             root = make_corpus(work / f"runs-{n}", n, n // 10)

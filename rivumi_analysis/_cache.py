@@ -126,35 +126,46 @@ class Fingerprint:
 def fingerprint(run_dir: str, held_keys: frozenset[str]) -> Fingerprint | None:
     """Fingerprint a run folder (``None`` when it cannot be listed: never cached)."""
     try:
-        top = os.stat(run_dir)
-        names = sorted(os.listdir(run_dir))
+        dfd = os.open(run_dir, _DIR_FLAGS)
     except OSError:
         return None
-    parts: list[Any] = [top.st_dev, top.st_ino, top.st_mode]
-    newest = 0
-    events_identity = None
-    for name in names:
-        try:
-            st = os.lstat(os.path.join(run_dir, name))
-        except OSError:
-            parts.append([name, None])
-            continue
-        parts.append([name, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
-                      st.st_dev])
-        newest = max(newest, st.st_mtime_ns)
-        if name == "events.jsonl" and stat.S_ISREG(st.st_mode):
-            events_identity = (st.st_ino, st.st_dev)
-        if name == ".writer.lock" and stat.S_ISREG(st.st_mode):
-            from ._snapshot import _lock_key
+    try:
+        top = os.fstat(dfd)
+        names = sorted(os.listdir(dfd))
+        parts: list[Any] = [top.st_dev, top.st_ino, top.st_mode]
+        newest = 0
+        events_identity = None
+        lstat = os.lstat
+        for name in names:
+            try:
+                st = lstat(name, dir_fd=dfd)
+            except OSError:
+                parts.append([name, None])
+                continue
+            parts.append([name, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                          st.st_ino, st.st_dev])
+            if st.st_mtime_ns > newest:
+                newest = st.st_mtime_ns
+            if name == "events.jsonl" and stat.S_ISREG(st.st_mode):
+                events_identity = (st.st_ino, st.st_dev)
+            elif name == ".writer.lock" and stat.S_ISREG(st.st_mode):
+                from ._snapshot import _lock_key
 
-            parts.append(["lock", _read_small(os.path.join(run_dir, name)),
-                          _lock_key(st.st_dev, st.st_ino) in held_keys])
+                parts.append(["lock", _read_small(name, dfd),
+                              _lock_key(st.st_dev, st.st_ino) in held_keys])
+    except OSError:
+        return None
+    finally:
+        os.close(dfd)
     return Fingerprint(msgspec.msgpack.encode(parts), newest, events_identity)
 
 
-def _read_small(path: str) -> str | None:
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _read_small(name: str, dir_fd: int) -> str | None:
     try:
-        fd = os.open(path, _OPEN_FLAGS)
+        fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
     except OSError:
         return None
     try:
@@ -270,14 +281,25 @@ class AuditCache:
         try:
             for i in range(0, len(keys), 500):
                 chunk = keys[i:i + 500]
-                q = f"SELECT key, fp, record, prefix FROM runs WHERE key IN ({','.join('?' * len(chunk))})"
-                for key, fp, rec, prefix in db.execute(q, chunk):
-                    out[key] = Entry(fp, rec, prefix)
+                q = f"SELECT key, fp, record FROM runs WHERE key IN ({','.join('?' * len(chunk))})"
+                for key, fp, rec in db.execute(q, chunk):
+                    out[key] = Entry(fp, rec, None)
         except sqlite3.DatabaseError:
             self.close()
             self._discard()
             return {}
         return out
+
+    def get_prefix(self, key: str) -> bytes | None:
+        """The stored ``events.jsonl`` prefix of one run (fetched only for a miss)."""
+        db = self._connect()
+        if db is None:
+            return None
+        try:
+            row = db.execute("SELECT prefix FROM runs WHERE key = ?", (key,)).fetchone()
+        except sqlite3.DatabaseError:
+            return None
+        return row[0] if row else None
 
     def put_many(self, rows: Iterable[tuple[str, bytes, bytes, bytes | None]]) -> None:
         rows = list(rows)
@@ -430,9 +452,11 @@ def run_fleet(locations: list[Any], *, jobs: int | None, cache: AuditCache | Non
                 records[i] = rec
                 hits += 1
                 continue
+        prefix = (cache.get_prefix(key) if cache is not None and key is not None
+                  and ent is not None and fp is not None and fp.events_identity is not None
+                  else None)
         todo.append((i, Job(loc.run_dir, loc.is_subagent, loc.parent_run_dir,
-                            key if fp is not None else None, fp,
-                            ent.prefix if ent is not None else None)))
+                            key if fp is not None else None, fp, prefix)))
     if progress is not None and hits:
         progress(hits)
     n_jobs = default_jobs() if jobs is None else max(1, jobs)
