@@ -49,6 +49,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
+from ._replay_proof import replay_accepts_fast
 from ._snapshot import Event, RunData
 from .reducer import (
     REPEAT_TRIP,
@@ -56,7 +57,7 @@ from .reducer import (
     charge_waits_default,
     infer_generation,
 )
-from .replay import MAX_EVENTS, replay_verdict
+from .replay import replay_verdict
 
 __all__ = ["NotVectorizable", "fallback_reasons", "vector_states"]
 
@@ -108,40 +109,8 @@ def _int(value: Any) -> int:
 # --------------------------------------------------------------------------------------------
 # fork_accepted: a cheap proof that replay accepts the log, else the exact verdict
 # --------------------------------------------------------------------------------------------
-def _replay_accepts_fast(run: RunData, envelope_ok: bool) -> bool:
-    """True only when replay (§7.1-7.3) provably accepts ``run``'s log (else: undecided).
-
-    Holds for a clean native log: every physical line accepted by the loader with no warning
-    at all. For a non-external run that means each line is a JSON object that ``json.loads``
-    reads the same way (no BOM, duplicate key, NaN, line separator or over-long line), with
-    only RunEvent keys, a real non-negative int ``sequence``, a non-empty string ``run_id`` and
-    ``data`` an object. On top of that: newline-terminated, no ``\\u0000`` escape anywhere (so
-    no NUL reaches a timeline ``text``/``detail``), at most 10,000 events, and
-    ``envelope_ok`` (computed by the caller over the frame: no duplicate sequence, one
-    ``run_id``, ``event_type`` and ``run_id`` printable ASCII without spaces, so never blank
-    once stripped). Deep nesting and huge integers (which ``json.loads`` refuses) need long
-    lines; those lines are checked directly.
-    """
-    data = run.events_bytes
-    if run.events_status != "ok" or data is None:
-        return False
-    if not data:
-        return True
-    events = run.events
-    if (not envelope_ok or not data.endswith(b"\n") or b"\\u0000" in data
-            or len(events) > MAX_EVENTS or len(events) != len(run.lines)
-            or any(e.warnings for e in events)):
-        return False
-    for e in events:
-        if e.byte_length > 800:
-            lo, hi = e.byte_offset, e.byte_offset + e.byte_length
-            if e.byte_length > 4000 or data.count(b"{", lo, hi) + data.count(b"[", lo, hi) > 400:
-                return False
-    return True
-
-
 def _fork_accepted(run: RunData, envelope_ok: bool) -> bool:
-    if _replay_accepts_fast(run, envelope_ok):
+    if replay_accepts_fast(run, envelope_ok):
         return True
     return replay_verdict(run.events_bytes, run.events_status, run.run_dir)[0]
 

@@ -36,11 +36,9 @@ class AuditResult:
 
 
 def _replay_verdict(run: RunData) -> tuple[bool | None, str | None]:
-    try:
-        from .replay import replay_verdict
-    except ImportError:  # replay engine not installed in this build
-        return None, None
-    return replay_verdict(run.events_bytes, run.events_status, run.run_dir)
+    from ._replay_proof import run_replay_verdict
+
+    return run_replay_verdict(run)
 
 
 def record_from_run(run: RunData) -> dict[str, Any]:

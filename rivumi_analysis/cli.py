@@ -7,6 +7,7 @@ output); 3 an internal error on at least one run (after printing everything else
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -55,16 +56,42 @@ def _build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("codes", help="list every reason, warning, quarantine and skip code")
     c.set_defaults(handler=cmd_codes)
 
-    # SUBCOMMANDS: add yours below
-    from .replay import add_subparsers as _add_replay_subparsers  # replay helper (issue 4)
+    r = sub.add_parser("replay",
+                       help="replay a run's events.jsonl like the runner's sessions --replay-json")
+    r.add_argument("run_dir", metavar="RUN_DIR", help="path to one run directory")
+    r.add_argument("--json", action="store_true",
+                   help="print the runner's canonical JSON byte for byte")
+    r.set_defaults(handler=_lazy("replay", "cmd_replay"))
 
-    _add_replay_subparsers(sub)  # replay, fork-seed
-    from .report import add_subparser as _add_report_subparser  # charts helper (issue 5)
+    f = sub.add_parser("fork-seed",
+                       help="print the runner's seed-only fork seed at a sequence (creates nothing)")
+    f.add_argument("run_dir", metavar="RUN_DIR", help="path to one run directory")
+    # a non-integer is a usage error; a negative one reaches rule 16's message (§7.6)
+    f.add_argument("--sequence", type=int, required=True, metavar="N",
+                   help="fork point sequence (a non-negative integer)")
+    f.set_defaults(handler=_lazy("replay", "cmd_fork_seed"))
 
-    _add_report_subparser(sub)  # report
-    from .export import add_subparser as _add_export_subparser  # performance helper (issue 6)
+    rp = sub.add_parser("report", help="write one self-contained, offline HTML audit report")
+    rp.add_argument("paths", nargs="*", metavar="PATH",
+                    help="run directories or folders of runs (default: the run root)")
+    rp.add_argument("--out", default="report.html", metavar="FILE",
+                    help="HTML file to write (default: report.html)")
+    rp.add_argument("--png", default=None, metavar="DIR",
+                    help="also save every chart as PNG and SVG in DIR")
+    rp.add_argument("--redact", action="store_true",
+                    help="keep only ids, types, sequences, times, numbers, codes, tool names, "
+                         "effects, decisions and relative run dirs")
+    rp.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
+    rp.set_defaults(handler=cmd_report)
 
-    _add_export_subparser(sub)  # export
+    e = sub.add_parser("export", help="write every table as a Parquet dataset")
+    e.add_argument("paths", nargs="*", metavar="PATH",
+                   help="run directories or folders of runs (default: the run root)")
+    e.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    e.add_argument("--redact", action="store_true",
+                   help="keep only ids, codes, numbers and timestamps (no content)")
+    e.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
+    e.set_defaults(handler=cmd_export)
     return p
 
 
@@ -163,6 +190,50 @@ def _format_table(runs: list[dict[str, Any]], skipped: list[dict[str, str]]) -> 
 
 def _short(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def _lazy(module: str, name: str) -> Any:
+    """A handler imported on first use, so ``audit`` never pays for altair or polars."""
+
+    def handler(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(f"rivumi_analysis.{module}"), name)(args)
+
+    return handler
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    paths, err = _resolve_paths(args.paths)
+    if err:
+        print(f"rivumi-analysis report: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    from .report import write_report
+
+    res = write_report(paths, args.out, png_dir=args.png, redact=args.redact,
+                       max_depth=args.max_depth)
+    print(f"rivumi-analysis: wrote {os.path.abspath(res.path)} "
+          f"({res.bytes / 1e6:.2f} MB, {res.runs} runs, {res.charts} charts, "
+          f"{res.seconds:.1f} s)")
+    if res.images:
+        print(f"rivumi-analysis: saved {len(res.images)} images to {os.path.abspath(args.png)}")
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    paths, err = _resolve_paths(args.paths)
+    if err:
+        print(f"rivumi-analysis export: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    from .export import SCHEMA_VERSION, ExportError, export
+
+    try:
+        manifest = export(paths, args.out, redact_output=args.redact, max_depth=args.max_depth)
+    except ExportError as exc:
+        print(f"rivumi-analysis export: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    rows = ", ".join(f"{t} {v['rows']}" for t, v in manifest["tables"].items())
+    print(f"rivumi-analysis: wrote {os.path.abspath(args.out)} (schema version "
+          f"{SCHEMA_VERSION}): {rows}")
+    return EXIT_OK
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

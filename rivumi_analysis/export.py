@@ -20,11 +20,9 @@ quarantine raw bytes and absolute paths are dropped.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import sys
 from typing import Any
 
 from ._discovery import DEFAULT_MAX_DEPTH, Source, normalize_sources
@@ -258,36 +256,3 @@ class ExportError(Exception):
 
 
 # --- CLI ---------------------------------------------------------------------------------------
-
-def add_subparser(sub: Any) -> None:
-    e = sub.add_parser("export", help="write every table as a Parquet dataset")
-    e.add_argument("paths", nargs="*", metavar="PATH",
-                   help="run directories or folders of runs (default: the run root)")
-    e.add_argument("--out", required=True, metavar="DIR", help="output folder")
-    e.add_argument("--redact", action="store_true",
-                   help="keep only ids, codes, numbers and timestamps (no content)")
-    e.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH)
-    e.set_defaults(handler=cmd_export)
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    from ._discovery import check_sources, default_run_root
-    from .errors import SourceError
-
-    paths = list(args.paths)
-    if not paths:
-        root = default_run_root()
-        if root is None:
-            print("rivumi-analysis export: error: no PATH given and no run root found",
-                  file=sys.stderr)
-            return 2
-        paths = [root]
-    try:
-        check_sources(paths)
-        manifest = export(paths, args.out, redact_output=args.redact, max_depth=args.max_depth)
-    except (ExportError, SourceError) as exc:
-        print(f"rivumi-analysis export: error: {exc}", file=sys.stderr)
-        return 2
-    rows = ", ".join(f"{t} {v['rows']}" for t, v in manifest["tables"].items())
-    print(f"wrote {args.out} (schema version {SCHEMA_VERSION}): {rows}")
-    return 0

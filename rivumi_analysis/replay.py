@@ -728,23 +728,3 @@ def cmd_fork_seed(args: Any) -> int:
         return _error(exc.message)
     _write_stdout(canonical_json(seed) + "\n")
     return 0
-
-
-def add_subparsers(subparsers: Any) -> None:
-    """Register ``replay`` and ``fork-seed`` on an argparse subparsers object.
-
-    Non-integer ``--sequence`` is an argparse usage error (exit 2); negative integers are
-    passed through so that rule 16's message is printed.
-    """
-    p = subparsers.add_parser(
-        "replay", help="replay a run's events.jsonl like the runner's sessions --replay-json")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="path to one run directory")
-    p.add_argument("--json", action="store_true",
-                   help="print the runner's canonical JSON byte for byte")
-    p.set_defaults(handler=cmd_replay)
-    f = subparsers.add_parser(
-        "fork-seed", help="print the runner's seed-only fork seed at a sequence (creates nothing)")
-    f.add_argument("run_dir", metavar="RUN_DIR", help="path to one run directory")
-    f.add_argument("--sequence", type=int, required=True, metavar="N",
-                   help="fork point sequence (a non-negative integer)")
-    f.set_defaults(handler=cmd_fork_seed)

@@ -18,7 +18,6 @@ Charts never carry free text in the first place (see :mod:`rivumi_analysis.chart
 
 from __future__ import annotations
 
-import argparse
 import functools
 import html as _html
 import json
@@ -535,46 +534,3 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
 
 
 # --------------------------------------------------------------------------- CLI
-def add_subparser(sub: Any) -> None:
-    """Register ``report`` on the CLI's subparsers (called from ``cli._build_parser``)."""
-    p = sub.add_parser("report", help="write one self-contained, offline HTML audit report")
-    p.add_argument("paths", nargs="*", metavar="PATH",
-                   help="run directories or folders of runs (default: the run root)")
-    p.add_argument("--out", default="report.html", metavar="FILE",
-                   help="HTML file to write (default: report.html)")
-    p.add_argument("--png", default=None, metavar="DIR",
-                   help="also save every chart as PNG and SVG in DIR")
-    p.add_argument("--redact", action="store_true",
-                   help="keep only ids, types, sequences, times, numbers, codes, tool names, "
-                        "effects, decisions and relative run dirs")
-    p.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
-    p.set_defaults(handler=cmd_report)
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    """CLI handler: validate PATHs (exit 2 on usage errors), write, print where."""
-    from ._discovery import check_sources, default_run_root
-    from .errors import SourceError
-
-    paths = list(args.paths)
-    if not paths:
-        root = default_run_root()
-        if root is None:
-            print("rivumi-analysis report: error: no PATH given and no run root found",
-                  file=sys.stderr)
-            return 2
-        paths = [root]
-    try:
-        check_sources(paths)
-    except SourceError as exc:
-        print(f"rivumi-analysis report: error: {exc.message}", file=sys.stderr)
-        return 2
-    res = write_report(paths, args.out, png_dir=args.png, redact=args.redact,
-                       max_depth=args.max_depth)
-    print(f"rivumi-analysis: wrote {os.path.abspath(res.path)} "
-          f"({res.bytes / 1e6:.2f} MB, {res.runs} runs, {res.charts} charts, "
-          f"{res.seconds:.1f} s)")
-    if res.images:
-        print(f"rivumi-analysis: saved {len(res.images)} images to "
-              f"{os.path.abspath(args.png)}")
-    return 0

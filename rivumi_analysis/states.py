@@ -22,6 +22,7 @@ from typing import Any
 import polars as pl
 
 from ._frames import check_strict, quarantine_frame  # noqa: F401  (re-exported)
+from ._replay_proof import run_replay_verdict
 from ._snapshot import RunData, runs_of
 from .errors import SchemaValidationError
 from .reducer import (
@@ -34,7 +35,6 @@ from .reducer import (
     iter_transitions,
     state_row,
 )
-from .replay import replay_verdict
 
 __all__ = ["RunReplay", "load_runs", "replay_run", "states_df", "STATE_COLUMNS"]
 
@@ -126,7 +126,7 @@ def replay_run(run: RunData, *, charge_approval_waits: bool | None = None) -> Ru
     generation = infer_generation(events, run.manifest)
     charge = (charge_waits_default(generation) if charge_approval_waits is None
               else bool(charge_approval_waits))
-    accepts, error = replay_verdict(run.events_bytes, run.events_status, run.run_dir)
+    accepts, error = run_replay_verdict(run)
     return RunReplay(run, transitions, final, generation, charge,
                      Limits.from_request(run.request), accepts, error)
 

@@ -1,0 +1,79 @@
+"""A cheap proof that the runner's replay accepts a log the loader already decoded.
+
+Replaying a whole log (§7) re-parses every line. For the clean logs that make up almost every
+fleet, what the loader already knows proves replay's answer; anything it cannot prove is
+decided by the exact engine (:func:`rivumi_analysis.replay.replay_verdict`), so the answer is
+always the runner's.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ._snapshot import RunData
+from .replay import MAX_EVENTS, replay_verdict
+
+_PRINTABLE = re.compile(r"[!-~]+")
+
+
+def envelopes_ok(run: RunData) -> bool:
+    """No duplicate sequence; one ``run_id``; ids and types printable ASCII without spaces.
+
+    Such values are never blank once stripped, never contain NUL and never differ after
+    replay's normalisation (§7.2), so rules 8, 9, 13 and 14 of §7.6 cannot fire.
+    """
+    seen: set[int] = set()
+    run_id = None
+    for e in run.events:
+        if e.sequence in seen or not _PRINTABLE.fullmatch(e.event_type):
+            return False
+        seen.add(e.sequence)
+        if not isinstance(e.run_id, str) or not _PRINTABLE.fullmatch(e.run_id):
+            return False
+        if run_id is None:
+            run_id = e.run_id
+        elif e.run_id != run_id:
+            return False
+    return True
+
+
+def replay_accepts_fast(run: RunData, envelope_ok: bool) -> bool:
+    """True only when replay (§7.1-7.3) provably accepts ``run``'s log (else: undecided).
+
+    Holds for a clean native log: every physical line accepted by the loader with no warning
+    at all. For a non-external run that means each line is a JSON object that ``json.loads``
+    reads the same way (no BOM, duplicate key, NaN, line separator or over-long line), with
+    only RunEvent keys, a real non-negative int ``sequence``, a non-empty string ``run_id`` and
+    ``data`` an object. On top of that: newline-terminated, no ``\\u0000`` escape anywhere (so
+    no NUL reaches a timeline ``text``/``detail``), at most 10,000 events, and
+    ``envelope_ok`` (see :func:`envelopes_ok`). Deep nesting and huge integers (which
+    ``json.loads`` refuses) need long lines; those lines are checked directly.
+    """
+    data = run.events_bytes
+    if run.events_status != "ok" or data is None or run.kind == "external":
+        return False
+    if not data:
+        return True
+    events = run.events
+    if (not envelope_ok or not data.endswith(b"\n") or b"\\u0000" in data
+            or len(events) > MAX_EVENTS or len(events) != len(run.lines)
+            or any(e.warnings for e in events)):
+        return False
+    for e in events:
+        if e.byte_length > 800:
+            lo, hi = e.byte_offset, e.byte_offset + e.byte_length
+            if e.byte_length > 4000 or data.count(b"{", lo, hi) + data.count(b"[", lo, hi) > 400:
+                return False
+    return True
+
+
+def run_replay_verdict(run: RunData) -> tuple[bool, str | None]:
+    """``(replay_accepts, replay_error)`` for a loaded run: the proof, else the exact engine.
+
+    >>> from rivumi_analysis._snapshot import read_run
+    >>> run_replay_verdict(read_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e"))
+    (True, None)
+    """
+    if replay_accepts_fast(run, envelopes_ok(run)):
+        return True, None
+    return replay_verdict(run.events_bytes, run.events_status, run.run_dir)
