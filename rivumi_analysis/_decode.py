@@ -133,7 +133,8 @@ def _may_split(body: bytes) -> bool:
     return False
 
 
-def decode_line(raw: bytes, *, line_no: int, has_newline: bool) -> Decoded:
+def decode_line(raw: bytes, *, line_no: int, has_newline: bool,
+                may_split: bool = True) -> Decoded:
     """Decode one non-blank physical line (without its ``\\n``).
 
     >>> d = decode_line(b'{"sequence":" 5 ","event_type":"x","run_id":"r"}', line_no=2,
@@ -164,7 +165,8 @@ def decode_line(raw: bytes, *, line_no: int, has_newline: bool) -> Decoded:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         return quarantine("invalid_utf8", f"not valid UTF-8 at byte {exc.start} of the line")
-    if _may_split(body) and _SPLITLINES_CHARS.search(text.rstrip("\r")):
+    # may_split=False: the caller scanned the whole file once and found no candidate byte
+    if may_split and _may_split(body) and _SPLITLINES_CHARS.search(text.rstrip("\r")):
         warnings.add("line_separator_split")
     flags = _Flags()
     try:

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ._decode import decode_line, native_envelope_warnings, parse_created_at
+import msgspec
+
+from ._decode import _may_split, decode_line, native_envelope_warnings, parse_created_at
 from ._discovery import DEFAULT_MAX_DEPTH, RunLocation, Skipped, Source, discover
 from ._io import (
     RUNNER_FILE_LIMIT,
@@ -27,6 +29,7 @@ from ._io import (
 )
 
 STABLE_READ_ATTEMPTS = 4
+_DOC_DECODER = msgspec.json.Decoder()
 
 ATOMIC_WRITE_TARGETS = frozenset({
     "session.json", "request.json", "checkpoint.json", "result.json", "verification.json",
@@ -155,6 +158,12 @@ def _parse_json_doc(fr: FileRead) -> tuple[Any, str | None]:
         text = fr.data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return None, f"not valid UTF-8 at byte {exc.start}"
+    try:
+        # msgspec reads standard JSON exactly as json.loads does; what it refuses (NaN,
+        # Infinity, integers past 64 bits, lone surrogates) goes to json.loads, as the runner
+        return _DOC_DECODER.decode(fr.data), None
+    except (msgspec.DecodeError, RecursionError):
+        pass
     try:
         return json.loads(text), None
     except RecursionError:
@@ -298,12 +307,15 @@ def _decode_events(data: bytes | None, prefix: Any = None) -> tuple[list[Line], 
     if prefix is not None and prefix.matches(data):
         lines, events = prefix.restore(data)
         start = prefix.length
+    # one scan of the whole file instead of one per line (most logs have no candidate byte)
+    may_split = _may_split(data)
     for pl in _physical_lines_from(data, start, len(lines)):
         raw = pl.raw
         if not raw.strip():
             lines.append(Line(pl.line_no, pl.byte_offset, len(raw), raw, pl.has_newline, "blank"))
             continue
-        d = decode_line(raw, line_no=pl.line_no, has_newline=pl.has_newline)
+        d = decode_line(raw, line_no=pl.line_no, has_newline=pl.has_newline,
+                        may_split=may_split)
         if d.reason is not None:
             lines.append(Line(pl.line_no, pl.byte_offset, len(raw), raw, pl.has_newline,
                               "quarantined", d.reason, d.message, d.warnings))
