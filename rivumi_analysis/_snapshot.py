@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,7 +29,8 @@ from ._io import (
     split_physical_lines,
 )
 
-STABLE_READ_ATTEMPTS = 4
+STABLE_READ_ATTEMPTS = 6
+RETRY_SLEEP_SECONDS = 0.002
 _DOC_DECODER = msgspec.json.Decoder()
 
 ATOMIC_WRITE_TARGETS = frozenset({
@@ -246,7 +248,9 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     """
     live_changed = True
     session_path = os.path.join(run_dir, "session.json")
-    for _attempt in range(STABLE_READ_ATTEMPTS):
+    for attempt in range(STABLE_READ_ATTEMPTS):
+        if attempt:
+            time.sleep(RETRY_SLEEP_SECONDS * attempt)  # let a busy writer finish its step
         # Manifest first, then the log, then check the manifest was not replaced meanwhile:
         # the writer saves the manifest before each append (§1.4), so a stable manifest means
         # the log we read is not ahead of it.
@@ -260,7 +264,16 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
             ev.data is not None and ev.data and not ev.data.endswith(b"\n")
             and events_now is not None and events_now[0] != len(ev.data)
         )
-        if before == after and not torn_by_race:
+        if torn_by_race:
+            continue
+        if before == after:
+            live_changed = False
+            break
+        # Replaced meanwhile: a manifest read *after* the log is a state the protocol can be
+        # in (saved, not yet appended) when it is at most one ahead of what we read.
+        again = read_file(session_path)
+        if _consistent_pair(again, ev):
+            files["session.json"] = again
             live_changed = False
             break
     for name in ("result.json", "checkpoint.json", "backend-result.json"):
@@ -296,6 +309,26 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
         events_status=ev.status, writer_lock_token=token, writer_active=held,
         live_changed=live_changed,
     )
+
+
+def _consistent_pair(manifest: FileRead, events: FileRead) -> bool:
+    """Whether ``manifest.last_event_sequence`` is the log's last sequence or one more."""
+    if manifest.status != "ok" or manifest.data is None:
+        return False
+    doc, _err = _parse_json_doc(manifest)
+    lseq = doc.get("last_event_sequence") if isinstance(doc, dict) else None
+    if type(lseq) is not int:
+        return False
+    data = events.data if events.status == "ok" else b""
+    tail = (data or b"").rstrip()
+    last_line = tail[tail.rfind(b"\n") + 1:] if tail else b""
+    if not last_line:
+        return lseq in (-1, 0)
+    try:
+        seq = _DOC_DECODER.decode(last_line).get("sequence")
+    except (msgspec.DecodeError, AttributeError):
+        return False
+    return type(seq) is int and lseq in (seq, seq + 1)
 
 
 def _decode_events(data: bytes | None, prefix: Any = None) -> tuple[list[Line], list[Event]]:
