@@ -7,6 +7,8 @@ the manifest is the same before and after the log was read.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import re
@@ -117,6 +119,22 @@ class Fleet:
     root_used: str | None
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many small acyclic objects.
+
+    Loading creates millions of dicts and tuples and no reference cycles; letting the
+    collector rescan the growing heap made loading about 1.5x slower.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def load_fleet(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Fleet:
     """Discover and read every run below ``source`` once; any ``*_df`` loader accepts the result.
 
@@ -126,8 +144,9 @@ def load_fleet(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEP
     (1, 50)
     """
     found = discover(source, max_depth=max_depth)
-    runs = [read_run(loc.run_dir, is_subagent=loc.is_subagent, parent_run_dir=loc.parent_run_dir)
-            for loc in found.runs]
+    with gc_paused():
+        runs = [read_run(loc.run_dir, is_subagent=loc.is_subagent,
+                         parent_run_dir=loc.parent_run_dir) for loc in found.runs]
     return Fleet(runs=runs, skipped=found.skipped, root_used=found.root_used)
 
 
