@@ -39,7 +39,6 @@ ATOMIC_WRITE_TARGETS = frozenset({
     "session.json", "request.json", "checkpoint.json", "result.json", "verification.json",
     "backend-result.json", "changes.patch", "test.log",
 })
-_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<rand>[A-Za-z0-9_-]{3,})$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,15 +202,12 @@ def _listing(run_dir: str) -> tuple[str, ...]:
 def atomic_leftovers(listing: tuple[str, ...]) -> list[str]:
     """Names of temp files left by a killed atomic write (``.<name>.<random>``).
 
-    >>> atomic_leftovers((".session.json.k3j2h1", ".writer.lock", "events.jsonl"))
-    ['.session.json.k3j2h1']
+    >>> atomic_leftovers((".session.json.k3j2h1", ".writer.lock", "events.jsonl",
+    ...                   ".result.json.x1.tmp", ".session.json"))
+    ['.result.json.x1.tmp', '.session.json.k3j2h1']
     """
-    out = []
-    for name in listing:
-        m = _LEFTOVER.match(name)
-        if m and m.group("name") in ATOMIC_WRITE_TARGETS:
-            out.append(name)
-    return out
+    return sorted(name for name in listing for target in ATOMIC_WRITE_TARGETS
+                  if name.startswith(f".{target}.") and len(name) > len(target) + 2)
 
 
 def _proc_locked_inodes() -> set[str] | None:
