@@ -10,7 +10,7 @@ from typing import Any
 import pandera.polars as pa
 import polars as pl
 
-from ._discovery import DEFAULT_MAX_DEPTH, Source
+from ._discovery import Source
 from ._snapshot import Event, RunData, gc_paused, runs_of
 from .errors import QuarantineError, SchemaValidationError
 
@@ -495,5 +495,3 @@ def _ver_row(run: RunData, name: str | None, argv: list[str], outcome: str, star
             "completed_at": completed.created_at if completed else None,
             "ok": ok, "exit_code": exit_code, "duration_seconds": duration}
 
-
-DEFAULT_DEPTH = DEFAULT_MAX_DEPTH

@@ -169,7 +169,6 @@ def _run_audit(paths: list[str], max_depth: int, *, cache: bool = False,
 
 
 def _format_table(runs: list[dict[str, Any]], skipped: list[dict[str, str]]) -> str:
-    cols = ("run_dir", "kind", "verdict", "events", "quarantined_lines", "reasons")
     heads = ("RUN", "KIND", "VERDICT", "EVENTS", "QUAR", "REASONS")
     rows = [[_short(r["run_dir"], 60), r["kind"] or "-", r["verdict"], str(r["events"]),
              str(r["quarantined_lines"]), ",".join(r["reasons"]) or "-"] for r in runs]
@@ -184,7 +183,6 @@ def _format_table(runs: list[dict[str, Any]], skipped: list[dict[str, str]]) -> 
     lines.append(f"\n{len(runs)} run(s): {summary}")
     for s in skipped:
         lines.append(f"skipped: {s['path']} ({s['reason']})")
-    del cols
     return "\n".join(lines) + "\n"
 
 

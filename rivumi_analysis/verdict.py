@@ -53,7 +53,7 @@ class Verdict:
         reasons: sorted verdict-level codes that hold.
         warnings: sorted auditor warnings.
         messages: ``code -> readable message`` (what, where, hint) for every code listed.
-        last_event_sequence: the log's last sequence as resume reads it (-1 for empty).
+        manifest_valid: whether ``session.json`` passed the SessionManifest schema.
     """
 
     verdict: str
