@@ -43,7 +43,13 @@ ATOMIC_WRITE_TARGETS = frozenset({
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """One physical line of ``events.jsonl`` and what became of it."""
+    """One physical line of ``events.jsonl`` and what became of it.
+
+    ``raw`` (the bytes without ``\\n``) is kept only for quarantined lines, which the
+    quarantine table reports; for the others it is ``b""`` and the bytes are
+    ``events_bytes[byte_offset:byte_offset + byte_length]`` (a second copy of every line
+    would double the memory of a loaded fleet).
+    """
 
     line_no: int
     byte_offset: int
@@ -360,7 +366,7 @@ def _decode_events(data: bytes | None, prefix: Any = None) -> tuple[list[Line], 
     for pl in _physical_lines_from(data, start, len(lines)):
         raw = pl.raw
         if not raw.strip():
-            lines.append(Line(pl.line_no, pl.byte_offset, len(raw), raw, pl.has_newline, "blank"))
+            lines.append(Line(pl.line_no, pl.byte_offset, len(raw), b"", pl.has_newline, "blank"))
             continue
         d = decode_line(raw, line_no=pl.line_no, has_newline=pl.has_newline,
                         may_split=may_split)
@@ -383,7 +389,7 @@ def _decode_events(data: bytes | None, prefix: Any = None) -> tuple[list[Line], 
             data_json=d.data_json, data=data_obj if isinstance(data_obj, dict) else {},
             warnings=warnings, obj=obj,
         ))
-        lines.append(Line(pl.line_no, pl.byte_offset, len(raw), raw, pl.has_newline,
+        lines.append(Line(pl.line_no, pl.byte_offset, len(raw), b"", pl.has_newline,
                           "accepted", None, None, warnings))
     return lines, events
 

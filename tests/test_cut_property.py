@@ -33,8 +33,12 @@ def _check(run_dir: Path, cut: bytes) -> None:
     assert len(torn) <= 1
     if cut and not cut.endswith(b"\n") and torn:
         assert "torn_tail" in v.reasons and v.verdict == "corrupt"
-    # bytes are all accounted for, in order
-    assert b"".join(ln.raw + (b"\n" if ln.has_newline else b"") for ln in run.lines) == cut
+    # bytes are all accounted for, in order (raw bytes are kept for quarantined lines only)
+    assert b"".join(cut[ln.byte_offset:ln.byte_offset + ln.byte_length]
+                    + (b"\n" if ln.has_newline else b"") for ln in run.lines) == cut
+    for ln in run.lines:
+        assert ln.raw == (cut[ln.byte_offset:ln.byte_offset + ln.byte_length]
+                          if ln.status == "quarantined" else b"")
 
 
 def test_every_byte_cut_of_a_small_real_log(tmp_path: Path) -> None:
