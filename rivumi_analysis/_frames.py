@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -11,10 +11,11 @@ import pandera.polars as pa
 import polars as pl
 
 from ._discovery import Source
-from ._snapshot import Event, RunData, gc_paused, runs_of
+from ._snapshot import Event, RunData, gc_paused, stream_runs
 from .errors import QuarantineError, SchemaValidationError
 
 RAW_KEEP_BYTES = 4096
+EVENT_CHUNK_ROWS = 50_000
 
 
 def polars_schema(model: type[pa.DataFrameModel]) -> dict[str, pl.DataType]:
@@ -45,12 +46,24 @@ def validate(df: pl.DataFrame, model: type[pa.DataFrameModel]) -> pl.DataFrame:
 
 
 def load(source: Source | None, *, strict: bool, max_depth: int,
-         builder: Callable[[list[RunData]], pl.DataFrame]) -> pl.DataFrame:
-    """The one loader flow: discover, read, check strictness, build the table."""
+         builder: Callable[[Iterable[RunData]], pl.DataFrame]) -> pl.DataFrame:
+    """The one loader flow: discover, read, build the table, check strictness.
+
+    Runs are read one at a time and dropped once their rows are built, so memory follows
+    the table, not the parsed fleet; the quarantined runs are kept for a strict error.
+    """
+    quarantined: list[RunData] = []
+
+    def runs() -> Iterator[RunData]:
+        for run in stream_runs(source, max_depth=max_depth):
+            if run.quarantined:
+                quarantined.append(run)
+            yield run
+
     with gc_paused():
-        runs = runs_of(source, max_depth=max_depth)
-        check_strict(runs, strict)
-        return builder(runs)
+        table = builder(runs())
+    check_strict(quarantined, strict)
+    return table
 
 
 def check_strict(runs: list[RunData], strict: bool) -> None:
@@ -131,32 +144,40 @@ def quarantine_frame(runs: Iterable[RunData]) -> pl.DataFrame:
 def events_frame(runs: Iterable[RunData]) -> pl.DataFrame:
     from .schemas import EventsSchema
 
-    runs = [r for r in runs if r.events]
-    events = [e for r in runs for e in r.events]
-    counts = [len(r.events) for r in runs]
-
-    def per_run(values: list[Any]) -> list[Any]:
-        return [v for v, n in zip(values, counts, strict=True) for _ in range(n)]
-
-    # one comprehension per column: far cheaper than appending cell by cell
-    cols: dict[str, list[Any]] = {
-        "run_dir": per_run([r.run_dir for r in runs]),
-        "run_id": per_run([r.run_id for r in runs]),
-        "kind": per_run([r.kind for r in runs]),
-        "line_no": [e.line_no for e in events],
-        "byte_offset": [e.byte_offset for e in events],
-        "byte_length": [e.byte_length for e in events],
-        "sequence": [e.sequence for e in events],
-        "event_type": [e.event_type for e in events],
-        "event_run_id": [e.run_id if isinstance(e.run_id, str) else None for e in events],
-        "task_id": [e.task_id if isinstance(e.task_id, str) else None for e in events],
-        "event_id": [e.event_id if isinstance(e.event_id, str) else None for e in events],
-        "created_at": [e.created_at for e in events],
-        "text": [e.text for e in events],
-        "data": [e.data_json for e in events],
-        "warnings": [list(e.warnings) for e in events],
-    }
-    return frame(cols, EventsSchema)
+    schema = polars_schema(EventsSchema)
+    cols: dict[str, list[Any]] = {k: [] for k in schema}
+    chunks: list[pl.DataFrame] = []
+    for run in runs:
+        if len(cols["line_no"]) >= EVENT_CHUNK_ROWS:
+            # hand a chunk to Arrow and free its Python objects: peak memory stays near the
+            # size of the finished table instead of twice it
+            chunks.append(pl.DataFrame(cols, schema=schema, strict=False))
+            cols = {k: [] for k in schema}
+        events = run.events
+        n = len(events)
+        if not n:
+            continue
+        # one comprehension per column and run: far cheaper than appending cell by cell
+        cols["run_dir"] += [run.run_dir] * n
+        cols["run_id"] += [run.run_id] * n
+        cols["kind"] += [run.kind] * n
+        cols["line_no"] += [e.line_no for e in events]
+        cols["byte_offset"] += [e.byte_offset for e in events]
+        cols["byte_length"] += [e.byte_length for e in events]
+        cols["sequence"] += [e.sequence for e in events]
+        cols["event_type"] += [e.event_type for e in events]
+        cols["event_run_id"] += [e.run_id if isinstance(e.run_id, str) else None
+                                 for e in events]
+        cols["task_id"] += [e.task_id if isinstance(e.task_id, str) else None for e in events]
+        cols["event_id"] += [e.event_id if isinstance(e.event_id, str) else None
+                             for e in events]
+        cols["created_at"] += [e.created_at for e in events]
+        cols["text"] += [e.text for e in events]
+        cols["data"] += [e.data_json for e in events]
+        cols["warnings"] += [list(e.warnings) for e in events]
+    chunks.append(pl.DataFrame(cols, schema=schema, strict=False))
+    return validate(pl.concat(chunks, rechunk=False) if len(chunks) > 1 else chunks[0],
+                    EventsSchema)
 
 
 # --- runs ------------------------------------------------------------------------------------

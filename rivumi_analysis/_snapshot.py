@@ -170,6 +170,16 @@ def runs_of(source: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[RunData]
     return load_fleet(source, max_depth=max_depth).runs
 
 
+def stream_runs(source: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Iterator[RunData]:
+    """Like :func:`runs_of`, but reads path sources one run at a time (discovery first, so
+    usage errors are raised before anything is read)."""
+    if isinstance(source, (Fleet, RunData)) or (
+            isinstance(source, (list, tuple)) and source
+            and all(isinstance(r, RunData) for r in source)):
+        return iter(runs_of(source))
+    return iter_runs(discover(source, max_depth=max_depth).runs)
+
+
 def iter_runs(locations: list[RunLocation]) -> Iterator[RunData]:
     """Read runs one at a time, so memory is bounded by the largest run."""
     for loc in locations:
