@@ -23,7 +23,7 @@ import polars as pl
 
 from ._frames import check_strict, quarantine_frame  # noqa: F401  (re-exported)
 from ._replay_proof import run_replay_verdict
-from ._snapshot import RunData, runs_of
+from ._snapshot import RunData, gc_paused, runs_of, stream_runs
 from .errors import SchemaValidationError
 from .reducer import (
     Limits,
@@ -35,6 +35,8 @@ from .reducer import (
     iter_transitions,
     state_row,
 )
+
+STATES_BATCH_RUNS = 256
 
 __all__ = ["RunReplay", "load_runs", "replay_run", "states_df", "STATE_COLUMNS"]
 
@@ -206,12 +208,32 @@ def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
-    runs = load_runs(source, max_depth=max_depth)
-    check_strict(runs, strict)
-    native = [r for r in runs if r.kind != "external"]
-    if engine == "reference":
-        return states_frame(replay_run(r, charge_approval_waits=charge_approval_waits)
-                            for r in native)
+    quarantined: list[RunData] = []
+    pieces: list[pl.DataFrame] = []
+    batch: list[RunData] = []
+    # Runs are read and reduced a batch at a time, so memory follows the table, not the
+    # parsed fleet; batches keep file order, and the result equals one pass over all runs.
+    with gc_paused():
+        for run in stream_runs(source, max_depth=max_depth):
+            if run.quarantined:
+                quarantined.append(run)
+            if run.kind != "external":
+                batch.append(run)
+            if len(batch) >= STATES_BATCH_RUNS:
+                pieces.append(_states_of(batch, charge_approval_waits, engine))
+                batch = []
+        if batch or not pieces:
+            pieces.append(_states_of(batch, charge_approval_waits, engine))
+    check_strict(quarantined, strict)
+    return _validate(pl.concat(pieces) if len(pieces) > 1 else pieces[0])
+
+
+def _states_of(native: list[RunData], charge_approval_waits: bool | None,
+               engine: str) -> pl.DataFrame:
+    """The (unvalidated) state rows of some non-external runs, in order."""
+    if engine == "reference" or not native:
+        return states_frame((replay_run(r, charge_approval_waits=charge_approval_waits)
+                             for r in native), validate=False)
     from ._states_vec import NotVectorizable, vector_states
 
     df, fallbacks = vector_states(native, charge_approval_waits=charge_approval_waits)
@@ -224,4 +246,4 @@ def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
                          validate=False).select(pl.lit(k, dtype=pl.Int64).alias("_r"), pl.all())
             for k in sorted(fallbacks)]
         df = pl.concat(pieces).sort("_r", maintain_order=True)
-    return _validate(df.drop("_r"))
+    return df.drop("_r")

@@ -93,3 +93,15 @@ def test_states_df_on_byte_cuts_of_the_example(cut):
         # replay refuses a torn final line, so no row may claim a fork would be accepted then
         if cut and not _EXAMPLE_BYTES[:cut].endswith(b"\n"):
             assert not df["fork_accepted"].any()
+
+
+def test_batched_reading_equals_one_pass(monkeypatch):
+    """states_df reads and reduces runs in batches; the batch size never changes the table."""
+    from rivumi_analysis import states as states_mod
+    from tests.conftest import SAMPLE_RUNS
+
+    monkeypatch.setattr(states_mod, "STATES_BATCH_RUNS", 10_000)
+    one_pass = states_mod.states_df(str(SAMPLE_RUNS))
+    for size in (1, 7):
+        monkeypatch.setattr(states_mod, "STATES_BATCH_RUNS", size)
+        assert states_mod.states_df(str(SAMPLE_RUNS)).equals(one_pass), size
