@@ -276,13 +276,15 @@ def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
         t = quarantined[-1]
         c.reason("torn_tail", f"{where}:{t.line_no}:{t.byte_offset}: partial final line "
                  f"({t.byte_length} bytes, no newline); hint: the writer was killed mid-append")
-    _resume_pieces(run, data, c, where)
-    seqs = [e.sequence for e in run.events]
-    if len(set(seqs)) != len(seqs):
-        dup = next(s for s in seqs if seqs.count(s) > 1)
-        e = next(e for e in run.events if e.sequence == dup and seqs.count(dup) > 1)
-        c.reason("duplicate_sequence", f"{where}: sequence {dup} appears more than once "
-                 f"(first at line {e.line_no}); hint: an emit without the lock (§2.4 hazard)")
+    _check_resume_reading(run, data, c, where)
+    first_line: dict[int, int] = {}
+    for e in run.events:
+        if e.sequence in first_line:
+            c.reason("duplicate_sequence", f"{where}:{e.line_no}:{e.byte_offset}: sequence "
+                     f"{e.sequence} already appeared at line {first_line[e.sequence]}; hint: an "
+                     "emit without the lock (§2.4 hazard)")
+            break
+        first_line[e.sequence] = e.line_no
     # Contiguity is a fact about the file: the i-th non-blank line must carry sequence i.
     by_line = {e.line_no: e for e in run.events}
     index = 0
@@ -309,7 +311,7 @@ def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
     return run.events[-1].sequence if run.events else -1
 
 
-def _resume_pieces(run: RunData, data: bytes, c: _Collector, where: str) -> None:
+def _check_resume_reading(run: RunData, data: bytes, c: _Collector, where: str) -> None:
     """Resume's reading (§12): strict UTF-8 text, ``str.splitlines()``, RunEvent per piece.
 
     Every non-blank physical line is checked as RunEvent would check it; on top of that, a
@@ -431,12 +433,13 @@ def _auditor_warnings(run: RunData, c: _Collector, manifest: SessionManifest | N
         known = {e.data.get("request_id") for e in events if e.event_type.startswith("approval.")}
         # pending_action is cleared by the first save after the start is durable, so it may
         # still be set when the start is the log's last event (a crash right after it).
+        requested_at = _request_seq(events, pending.request_id)
         action_started = any(
             e.event_type in SIDE_EFFECT_STARTS and e is not events[-1] and (
                 e.data.get("tool_call_id") == pending.action_id
                 or f"verification:{e.data.get('name')}" == pending.action_id)
             for e in events
-            if e.sequence > _request_seq(events, pending.request_id))
+            if e.sequence > requested_at)
         if pending.request_id not in known or action_started:
             c.warn("pending_action_inconsistent", f"{run.run_dir}/session.json pending_action "
                    f"{pending.request_id} ({pending.action_id}) "
