@@ -705,14 +705,7 @@ class RunWriter:
             self.emit("approval.reused", self._approval_data(req, preview=False))
             return "allow_once"
         decision = decision or "allow_once"
-        self.m["pending_action"] = req
-        self.m["phase"] = "waiting_approval"
-        self.clock.tick()
-        if self.profile.pause_on_approval:
-            self.pause_clock()
-        self.save_manifest()
-        self.emit("approval.requested", self._approval_data(req, preview=True))
-        self.hook("waiting_approval", self.seq - 1, "approval.requested")
+        self._open_approval(req)
         self.clock.advance(wait)
         if decided_at is not None:
             self.clock.set(wall=decided_at)
@@ -734,6 +727,11 @@ class RunWriter:
 
     def pending_action_wait(self, req: dict[str, Any]) -> None:
         """Open an approval prompt and stop there (a process killed while waiting)."""
+        self._open_approval(req)
+
+    def _open_approval(self, req: dict[str, Any]) -> None:
+        """§4.7: set pending_action and waiting_approval, pause the clock (current profile),
+        save, then emit ``approval.requested`` (a cut point while waiting)."""
         self.m["pending_action"] = req
         self.m["phase"] = "waiting_approval"
         self.clock.tick()
