@@ -62,12 +62,9 @@ def build_tables(runs: list[Any]) -> dict[str, Any]:
         "model_calls": F.model_calls_frame(runs),
         "usage": F.usage_frame(runs),
     }
-    try:
-        from .states import replay_run, states_frame
-    except ImportError:  # replay engine not in this build
-        pass
-    else:
-        tables["states"] = states_frame(replay_run(r) for r in runs if r.kind != "external")
+    from .states import states_df  # the same engine as the loader, not a copy of it
+
+    tables["states"] = states_df(runs)
     return {t: tables[t] for t in TABLES if t in tables}
 
 
@@ -253,6 +250,3 @@ def _prepare_out(out: str) -> None:
 
 class ExportError(Exception):
     """A usage problem with ``--out``."""
-
-
-# --- CLI ---------------------------------------------------------------------------------------
