@@ -26,13 +26,8 @@ def polars_schema(model: type[pa.DataFrameModel]) -> dict[str, pl.DataType]:
 def frame(rows: list[dict[str, Any]] | dict[str, list[Any]],
           model: type[pa.DataFrameModel]) -> pl.DataFrame:
     """Build a DataFrame with exactly the model's columns and validate it eagerly."""
-    schema = polars_schema(model)
-    if isinstance(rows, dict):
-        df = pl.DataFrame(rows, schema=schema, strict=False)
-    else:
-        df = pl.DataFrame(rows, schema=schema, orient="row" if rows and not isinstance(
-            rows[0], dict) else None, strict=False)
-    return validate(df, model)
+    # polars takes both shapes (dict rows or a dict of columns) with the same call
+    return validate(pl.DataFrame(rows, schema=polars_schema(model), strict=False), model)
 
 
 def validate(df: pl.DataFrame, model: type[pa.DataFrameModel]) -> pl.DataFrame:
