@@ -13,7 +13,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -140,8 +140,12 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def load_fleet(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Fleet:
+def load_fleet(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEPTH,
+               progress: Callable[[int, int], None] | None = None) -> Fleet:
     """Discover and read every run below ``source`` once; any ``*_df`` loader accepts the result.
+
+    ``progress(done, total)`` is called once after discovery (``done=0``) and after each run
+    read (the CLI draws its progress from it).
 
     >>> from rivumi_analysis import events_df, runs_df
     >>> fleet = load_fleet("tests/fixtures/example")
@@ -150,8 +154,17 @@ def load_fleet(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEP
     """
     found = discover(source, max_depth=max_depth)
     with gc_paused():
-        runs = [read_run(loc.run_dir, is_subagent=loc.is_subagent,
-                         parent_run_dir=loc.parent_run_dir) for loc in found.runs]
+        if progress is None:
+            runs = [read_run(loc.run_dir, is_subagent=loc.is_subagent,
+                             parent_run_dir=loc.parent_run_dir) for loc in found.runs]
+        else:
+            total = len(found.runs)
+            progress(0, total)
+            runs = []
+            for loc in found.runs:
+                runs.append(read_run(loc.run_dir, is_subagent=loc.is_subagent,
+                                     parent_run_dir=loc.parent_run_dir))
+                progress(len(runs), total)
     return Fleet(runs=runs, skipped=found.skipped, root_used=found.root_used)
 
 

@@ -131,6 +131,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     result = _run_audit(paths, args.max_depth, cache=not args.no_cache,
                         cache_dir=args.cache_dir, jobs=args.jobs)
+    if not result.runs:
+        print(f"rivumi-analysis audit: no runs found below {', '.join(paths)}", file=sys.stderr)
     out = sys.stdout
     if fmt == "json":
         out.write(json.dumps(result.to_json_obj(), ensure_ascii=False, indent=1) + "\n")
@@ -199,15 +201,101 @@ def _lazy(module: str, name: str) -> Any:
     return handler
 
 
+class _Progress:
+    """Phases and run counts on stderr: a tqdm bar on a terminal, else a few plain lines."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.tty = sys.stderr.isatty()
+        self.phase: str | None = None
+        self.bar: Any = None
+        self.next_line = 0
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if phase != self.phase:
+            self.close()
+            self.phase = phase
+            self.next_line = 0
+            if phase == "reading runs":
+                print(f"rivumi-analysis {self.command}: found {total} run(s)", file=sys.stderr)
+            if self.tty and phase == "reading runs" and total > 1:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, unit="run", desc=phase, file=sys.stderr,
+                                leave=False)
+            else:
+                print(f"rivumi-analysis {self.command}: {phase}…", file=sys.stderr)
+        if self.bar is not None:
+            self.bar.update(done - self.bar.n)
+        elif phase == "reading runs" and total and done >= self.next_line:
+            # Without a terminal: a line at 0 %, every quarter and at the end.
+            if done:
+                print(f"rivumi-analysis {self.command}: read {done}/{total} runs",
+                      file=sys.stderr)
+            self.next_line = min(total, done + max(1, total // 4))
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _check_out_file(path: str) -> str | None:
+    """Why ``path`` cannot be written as a file (None when it can); changes nothing."""
+    if os.path.isdir(path):
+        return f"--out {path} is a directory; give a file name, e.g. {os.path.join(path, 'report.html')}"
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"--out {path}: {parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"--out {path}: {parent} is not writable"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return f"--out {path} exists and is not writable"
+    return None
+
+
+def _check_out_dir(path: str, flag: str) -> str | None:
+    """Why ``path`` cannot be used (or created) as an output folder."""
+    if os.path.lexists(path):
+        if not os.path.isdir(path):
+            return f"{flag} {path} exists and is not a directory"
+        return None if os.access(path, os.W_OK | os.X_OK) else f"{flag} {path} is not writable"
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"{flag} {path}: {parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{flag} {path}: {parent} is not writable"
+    return None
+
+
+def _source_message(exc: SourceError) -> str:
+    return exc.message + (f" (hint: {exc.hint})" if exc.hint else "")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     paths, err = _resolve_paths(args.paths)
+    err = err or _check_out_file(args.out)
+    if not err and args.png:
+        err = _check_out_dir(args.png, "--png")
     if err:
         print(f"rivumi-analysis report: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     from .report import write_report
 
-    res = write_report(paths, args.out, png_dir=args.png, redact=args.redact,
-                       max_depth=args.max_depth)
+    progress = _Progress("report")
+    try:
+        res = write_report(paths, args.out, png_dir=args.png, redact=args.redact,
+                           max_depth=args.max_depth, progress=progress)
+    except SourceError as exc:  # no runs found: nothing was written
+        print(f"rivumi-analysis report: error: {_source_message(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        progress.close()
     print(f"rivumi-analysis: wrote {os.path.abspath(res.path)} "
           f"({res.bytes / 1e6:.2f} MB, {res.runs} runs, {res.charts} charts, "
           f"{res.seconds:.1f} s)")
@@ -217,17 +305,30 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from .export import SCHEMA_VERSION, ExportError, check_out, export
+
     paths, err = _resolve_paths(args.paths)
+    if not err:
+        try:
+            check_out(args.out)
+        except ExportError as exc:
+            err = str(exc)
     if err:
         print(f"rivumi-analysis export: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    from .export import SCHEMA_VERSION, ExportError, export
 
+    progress = _Progress("export")
     try:
-        manifest = export(paths, args.out, redact_output=args.redact, max_depth=args.max_depth)
+        manifest = export(paths, args.out, redact_output=args.redact, max_depth=args.max_depth,
+                          progress=progress)
     except ExportError as exc:
         print(f"rivumi-analysis export: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except SourceError as exc:  # no runs found: --out was not touched
+        print(f"rivumi-analysis export: error: {_source_message(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        progress.close()
     rows = ", ".join(f"{t} {v['rows']}" for t, v in manifest["tables"].items())
     print(f"rivumi-analysis: wrote {os.path.abspath(args.out)} (schema version "
           f"{SCHEMA_VERSION}): {rows}")

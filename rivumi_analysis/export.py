@@ -23,10 +23,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 from ._discovery import DEFAULT_MAX_DEPTH, Source, normalize_sources
 from ._version import __version__
+from .errors import SourceError
 
 SCHEMA_VERSION = 1
 """Version of the exported dataset's layout and columns (also in each file's metadata)."""
@@ -203,23 +205,43 @@ def _plain_arrow(tbl: Any) -> Any:
 
 
 def export(source: Source | None, out: str | os.PathLike[str], *, redact_output: bool = False,
-           max_depth: int = DEFAULT_MAX_DEPTH) -> dict[str, Any]:
+           max_depth: int = DEFAULT_MAX_DEPTH,
+           progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Write the Parquet dataset of every run below ``source`` to ``out``; return the manifest.
 
     ``out`` must not exist, be empty, or hold a previous export (which is replaced).
+    ``progress(phase, done, total)`` reports reading runs and writing tables.
+
+    Raises:
+        ExportError: ``out`` cannot be used (checked before anything is read).
+        SourceError: a bad source, or (code ``no_runs``) no run below it; ``out`` is then
+            left untouched.
     """
     from ._snapshot import load_fleet
 
+    def step(phase: str, done: int, total: int) -> None:
+        if progress is not None:
+            progress(phase, done, total)
+
     out = os.fspath(out)
-    _prepare_out(out)
+    check_out(out)
     tops, _root = normalize_sources(source)
-    fleet = load_fleet(source, max_depth=max_depth)
+    fleet = load_fleet(source, max_depth=max_depth,
+                       progress=lambda d, t: step("reading runs", d, t))
+    if not fleet.runs:
+        raise SourceError(f"no runs found below {', '.join(tops)}", code="no_runs",
+                          hint="a run directory holds events.jsonl, session.json or "
+                               "result.json; check the PATH and --max-depth")
+    _prepare_out(out)
+    step("building tables", 0, 1)
     tables = build_tables(fleet.runs)
+    step("building tables", 1, 1)
     kinds = _kinds_of(fleet.runs)
     manifest: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "toolkit_version": __version__,
                                 "redacted": redact_output, "partitioning": ["table", "kind"],
                                 "tables": {}}
-    for table, df in tables.items():
+    for i, (table, df) in enumerate(tables.items()):
+        step("writing tables", i, len(tables))
         df = with_kind(portable(df), kinds)
         if redact_output:
             df = redact(table, df, tops)
@@ -231,16 +253,39 @@ def export(source: Source | None, out: str | os.PathLike[str], *, redact_output:
     with open(os.path.join(out, MARKER), "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=1)
         fh.write("\n")
+    step("writing tables", len(tables), len(tables))
     return manifest
 
 
-def _prepare_out(out: str) -> None:
+def check_out(out: str) -> None:
+    """Raise :class:`ExportError` when ``out`` cannot take an export (changes nothing).
+
+    >>> check_out("README.md")
+    Traceback (most recent call last):
+    ...
+    rivumi_analysis.export.ExportError: --out README.md exists and is not a directory
+    """
     if os.path.lexists(out):
         if not os.path.isdir(out) or os.path.islink(out):
             raise ExportError(f"--out {out} exists and is not a directory")
         entries = os.listdir(out)
         if entries and MARKER not in entries:
             raise ExportError(f"--out {out} is not empty and holds no previous export")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise ExportError(f"--out {out} is not writable")
+        return
+    parent = os.path.dirname(os.path.abspath(out))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ExportError(f"--out {out}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ExportError(f"--out {out}: cannot create it, {parent} is not writable")
+
+
+def _prepare_out(out: str) -> None:
+    check_out(out)
+    if os.path.lexists(out):
         for t in TABLES:
             shutil.rmtree(os.path.join(out, t), ignore_errors=True)
         if os.path.exists(os.path.join(out, MARKER)):

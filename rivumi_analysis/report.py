@@ -18,6 +18,7 @@ Charts never carry free text in the first place (see :mod:`rivumi_analysis.chart
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html as _html
 import json
@@ -34,6 +35,7 @@ import polars as pl
 
 from . import charts as C
 from ._version import __version__
+from .errors import SourceError
 
 __all__ = ["CHART_SECTIONS", "ReportResult", "build_charts", "load_tables", "render_html",
            "save_images", "write_report"]
@@ -91,13 +93,26 @@ def _try(fn: Callable[..., pl.DataFrame], fleet: Any) -> pl.DataFrame | None:
         return None
 
 
-def load_tables(paths: Sequence[str], *, max_depth: int = 8) -> Tables:
+Progress = Callable[[str, int, int], None]
+"""``progress(phase, done, total)``: what the report is doing (the CLI prints it on stderr)."""
+
+
+def _no_progress(phase: str, done: int, total: int) -> None:
+    return None
+
+
+def load_tables(paths: Sequence[str], *, max_depth: int = 8,
+                progress: Progress | None = None) -> Tables:
     """Load every table the report needs, reading the runs once.
+
+    Raises:
+        SourceError: a PATH does not exist or is a regular file.
 
     >>> t = load_tables(["tests/fixtures/example"])
     >>> t["runs"].height, sorted(k for k, v in t.items() if v is None)
     (1, [])
     """
+    progress = progress or _no_progress
     from ._snapshot import load_fleet
     from .approvals import approvals_df
     from .events import events_df
@@ -109,29 +124,36 @@ def load_tables(paths: Sequence[str], *, max_depth: int = 8) -> Tables:
     from .tool_calls import tool_calls_df
     from .verifications import verifications_df
 
-    fleet = load_fleet(list(paths), max_depth=max_depth)
+    fleet = load_fleet(list(paths), max_depth=max_depth,
+                       progress=lambda done, total: progress("reading runs", done, total))
+    loaders = (("events", events_df), ("model_calls", model_calls_df),
+               ("tool_calls", tool_calls_df), ("approvals", approvals_df),
+               ("verifications", verifications_df), ("quarantine", quarantine_df),
+               ("states", states_df), ("forks", forks_df))
+    progress("building tables", 0, len(loaders) + 1)
     tables: Tables = {"runs": runs_df(fleet)}
-    for name, fn in (("events", events_df), ("model_calls", model_calls_df),
-                     ("tool_calls", tool_calls_df), ("approvals", approvals_df),
-                     ("verifications", verifications_df), ("quarantine", quarantine_df),
-                     ("states", states_df), ("forks", forks_df)):
+    for i, (name, fn) in enumerate(loaders, 2):
         tables[name] = _try(fn, fleet)
+        progress("building tables", i, len(loaders) + 1)
     return tables
 
 
-def build_charts(tables: Tables) -> dict[str, Any]:
+def build_charts(tables: Tables, *, progress: Progress | None = None) -> dict[str, Any]:
     """``{key: chart}`` for every section of :data:`CHART_SECTIONS` (a failing builder becomes
     a placeholder chart that says so).
 
     >>> sorted(build_charts(load_tables(["tests/fixtures/example"])))[:2]
     ['fleet', 'forks']
     """
+    progress = progress or _no_progress
     out: dict[str, Any] = {}
-    for key, title, _, builder in CHART_SECTIONS:
+    for i, (key, title, _, builder) in enumerate(CHART_SECTIONS):
+        progress("building charts", i, len(CHART_SECTIONS))
         try:
             out[key] = builder(tables)
         except Exception as exc:  # noqa: BLE001
             out[key] = C._empty(title, f"chart failed: {type(exc).__name__}")
+    progress("building charts", len(CHART_SECTIONS), len(CHART_SECTIONS))
     return out
 
 
@@ -505,8 +527,16 @@ class ReportResult:
 
 
 def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
-                 redact: bool = False, max_depth: int = 8) -> ReportResult:
+                 redact: bool = False, max_depth: int = 8,
+                 progress: Progress | None = None) -> ReportResult:
     """Load ``paths``, build every chart and write the self-contained report to ``out``.
+
+    The file is written to a temporary name beside ``out`` and renamed into place, so a
+    failure never leaves a half-written report or a stray temporary file.
+
+    Raises:
+        SourceError: a PATH is missing, or (code ``no_runs``) no run was found below them;
+            nothing is written then.
 
     >>> import tempfile, os
     >>> with tempfile.TemporaryDirectory() as d:
@@ -514,23 +544,45 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
     ...     (r.runs, r.charts, r.bytes > 500_000)
     (1, 6, True)
     """
+    progress = progress or _no_progress
     t0 = time.perf_counter()
-    tables = load_tables(paths, max_depth=max_depth)
+    tables = load_tables(paths, max_depth=max_depth, progress=progress)
+    runs = tables["runs"]
+    if runs is None or runs.height == 0:
+        raise SourceError(f"no runs found below {', '.join(paths)}", code="no_runs",
+                          hint="a run directory holds events.jsonl, session.json or "
+                               "result.json; check the PATH and --max-depth")
     if redact:
         tables = redact_tables(tables)
-    charts = build_charts(tables)
+    charts = build_charts(tables, progress=progress)
+    progress("writing html", 0, 1)
     text = render_html(tables, sources=paths, redact=redact, charts=charts)
+    _atomic_write_text(out, text)
+    progress("writing html", 1, 1)
+    images: list[str] = []
+    if png_dir:
+        progress("saving images", 0, len(charts))
+        images = save_images(charts, png_dir)
+        progress("saving images", len(charts), len(charts))
+    return ReportResult(path=out, bytes=os.path.getsize(out), runs=runs.height,
+                        charts=len(charts), images=images, seconds=time.perf_counter() - t0)
+
+
+def _atomic_write_text(out: str, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``out`` and rename it into place."""
+    import tempfile
+
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
-    tmp = out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, out)
-    images = save_images(charts, png_dir) if png_dir else []
-    runs = tables["runs"]
-    return ReportResult(path=out, bytes=os.path.getsize(out),
-                        runs=runs.height if runs is not None else 0, charts=len(charts),
-                        images=images, seconds=time.perf_counter() - t0)
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(out)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 # --------------------------------------------------------------------------- CLI
