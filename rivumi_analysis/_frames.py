@@ -374,6 +374,7 @@ def model_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
     rows = []
     for run in runs:
         current: dict[str, Any] | None = None
+        first = len(rows)
         for e in run.events:
             d = e.data
             if e.event_type == "model.requested":
@@ -404,7 +405,7 @@ def model_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
                 else:
                     current["outcome"] = "failed"
                     current["failure_kind"] = _str(d.get("kind"))
-        for row in rows:
+        for row in rows[first:]:  # this run's rows only: linear in the fleet
             row["duration_seconds"] = _seconds(row["requested_at"], row["completed_at"])
     return frame(rows, ModelCallsSchema)
 
@@ -425,20 +426,21 @@ def usage_frame(runs: Iterable[RunData]) -> pl.DataFrame:
                                        r.get("usage"), r.get("cost")))
             continue
         provider = model = None
+        index = 0  # this run's row count (was a scan of every earlier row: quadratic)
         for e in run.events:
             if e.event_type in ("run.created", "session.resumed", "session.continued"):
                 provider, model = _str(e.data.get("provider")), _str(e.data.get("model"))
             elif e.event_type == "model.fallback":
                 provider, model = _str(e.data.get("to_provider")), _str(e.data.get("to_model"))
             elif e.event_type == "model.completed":
-                rows.append(_usage_row(run, len([r for r in rows if r["run_dir"] == run.run_dir]),
-                                       "events", "primary", provider, model,
+                rows.append(_usage_row(run, index, "events", "primary", provider, model,
                                        e.data.get("usage"), None))
+                index += 1
             elif e.event_type == "role_lane.completed":
-                rows.append(_usage_row(run, len([r for r in rows if r["run_dir"] == run.run_dir]),
-                                       "events", "reviewer", _str(e.data.get("provider")),
-                                       _str(e.data.get("model")), e.data.get("usage"),
-                                       e.data.get("cost")))
+                rows.append(_usage_row(run, index, "events", "reviewer",
+                                       _str(e.data.get("provider")), _str(e.data.get("model")),
+                                       e.data.get("usage"), e.data.get("cost")))
+                index += 1
     return frame(rows, UsageSchema)
 
 

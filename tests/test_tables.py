@@ -86,3 +86,16 @@ def test_runs_df_has_manifest_and_request_fields() -> None:
     assert set(runs["verdict"]) >= {"resumable", "resync", "side_effect_uncertain", "terminal",
                                     "corrupt", "not_resumable"}
     assert set(runs["kind"]) == {"native", "fork", "subagent", "external"}
+
+
+@pytest.mark.parametrize("name", ["model_calls_df", "usage_df", "tool_calls_df"])
+def test_fleet_table_is_the_concatenation_of_its_runs(name: str) -> None:
+    # rows of one run never depend on other runs (model_calls_df and usage_df once scanned
+    # every earlier row of the fleet per run: quadratic, and a run's index could leak)
+    fleet = ra.load_fleet(str(SAMPLE_RUNS))
+    runs = [r for r in fleet.runs if r.events][:12]
+    loader = getattr(ra, name)
+    whole = loader(runs)
+    parts = pl.concat([loader(r) for r in runs])
+    assert whole.height > 0
+    assert whole.equals(parts)
