@@ -18,6 +18,10 @@ from ._version import __version__
 from .errors import VERDICTS, SourceError
 
 EXIT_OK, EXIT_FAIL_ON, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+# the tables of rivumi_analysis.dictionary.TABLES (kept here so the parser imports nothing
+# heavy; a test checks the two agree)
+TABLE_NAMES = ("runs", "events", "quarantine", "manifests", "tool_calls", "approvals",
+               "model_calls", "usage", "verifications", "states", "drift", "forks")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,8 +53,12 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="worker processes (default: one per core; 1: no pool)")
     a.set_defaults(handler=cmd_audit)
 
-    s = sub.add_parser("schema", help="print a JSON Schema shipped with the package")
-    s.add_argument("name", choices=("audit-record",))
+    s = sub.add_parser("schema", help="print a table's data dictionary (what each column "
+                                      "means, unit, source) or the audit record's JSON Schema")
+    s.add_argument("name", choices=("audit-record", *TABLE_NAMES), metavar="NAME",
+                   help="a table (" + ", ".join(TABLE_NAMES) + ") or audit-record")
+    s.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text (default) or json; audit-record is always a JSON Schema")
     s.set_defaults(handler=cmd_schema)
 
     c = sub.add_parser("codes", help="list every reason, warning, quarantine and skip code")
@@ -336,6 +344,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    if args.name in TABLE_NAMES:
+        from .dictionary import dictionary, render_text
+
+        if args.format == "json":
+            print(json.dumps(dictionary(args.name), ensure_ascii=False, indent=1))
+        else:
+            sys.stdout.write(render_text(args.name))
+        return EXIT_OK
     text = resources.files("rivumi_analysis").joinpath("data", f"{args.name}.schema.json")
     sys.stdout.write(text.read_text(encoding="utf-8"))
     if not text.read_text(encoding="utf-8").endswith("\n"):

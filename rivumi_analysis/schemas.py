@@ -288,7 +288,8 @@ class ManifestsSchema(_Base):
         "derived: SessionManifest model (§6)")
     schema_error: pl.Utf8 = _col("First validation error when schema_valid is false.",
                                  "derived", nullable=True)
-    task_id: pl.Utf8 = _col("Task id.", "session.json task_id", nullable=True)
+    task_id: pl.Utf8 = _col("The task id (= runs_df.task_id).", "session.json task_id",
+                            nullable=True)
     provider_name: pl.Utf8 = _col("Provider at the last save (after any fallback).",
                                   "session.json provider_name", nullable=True)
     model_id: pl.Utf8 = _col("Model at the last save (after any fallback).",
