@@ -390,6 +390,15 @@ class Driver:
         self.w.finish(status=status, terminal_reason=terminal_reason, changed_files=changed_files,
                       patch=patch, error=error, cost=cost, summary=summary)
 
+    def op_model_timeout(self, *, pins: Any) -> None:
+        """A model request waits out the rest of the wall-time budget (§8.3: the model wait is
+        bounded by the remaining time, so the run fails right at its budget)."""
+        w = self.w
+        assert w is not None
+        w.model_request()
+        budget = float(w.request.get("limits", {}).get("wall_time_seconds") or 0.0)
+        self.clock.advance(max(budget - w.charged_seconds(), 0.0) + 0.001)
+
     def op_close(self, *, pins: Any, at: str | None = None, mono: float | None = None) -> None:
         assert self.w is not None
         self.w.close(at=at, mono=mono)
@@ -879,12 +888,14 @@ def sc_max_steps(seed: int) -> dict[str, Any]:
 
 
 def sc_wall_time(seed: int) -> dict[str, Any]:
-    """Slow model calls run past ``limits.wall_time_seconds``."""
+    """Slow model calls use up ``limits.wall_time_seconds``; the last request times out at it."""
     b = Build("wall_time", seed, wall=float(120 + 30 * (seed % 3)))
     b.explore()
-    for _ in range(3):
-        [c] = b.model([("search_text", {"query": "def "})], latency=round(b.rng.uniform(35, 60), 6))
-        b.tool(c, content=f"{b.task.path}:1:def")
+    # Different queries: three identical calls in a row would trip the repeat guard (§8.1).
+    for query in ("def ", "class ", "return "):
+        [c] = b.model([("search_text", {"query": query})], latency=round(b.rng.uniform(22, 30), 6))
+        b.tool(c, content=f"{b.task.path}:1:{query.strip()}")
+    b.add("model_timeout")
     b.finish("failed", "wall_time_exceeded",
              error="Model request exceeded the remaining wall-time budget.")
     b.close()
