@@ -154,7 +154,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
     out.flush()
     if any(r["verdict"] == "error" for r in result.runs):
         return EXIT_INTERNAL
-    if fail_on and any(r["verdict"] in fail_on for r in result.runs):
+    matched = [r for r in result.runs if r["verdict"] in fail_on]
+    if matched:
+        print(f"rivumi-analysis audit: --fail-on matched {len(matched)} run(s):",
+              file=sys.stderr)
+        for r in matched:
+            print(f"  {r['run_dir']}  {r['verdict']}  {','.join(r['reasons']) or '-'}",
+                  file=sys.stderr)
         return EXIT_FAIL_ON
     return EXIT_OK
 
@@ -180,8 +186,12 @@ def _run_audit(paths: list[str], max_depth: int, *, cache: bool = False,
 
 def _format_table(runs: list[dict[str, Any]], skipped: list[dict[str, str]]) -> str:
     heads = ("RUN", "KIND", "VERDICT", "EVENTS", "QUAR", "REASONS")
-    rows = [[_short(r["run_dir"], 60), r["kind"] or "-", r["verdict"], str(r["events"]),
-             str(r["quarantined_lines"]), ",".join(r["reasons"]) or "-"] for r in runs]
+    # a run another process is writing (its lock is held) is marked live: its verdict is
+    # that of the snapshot read
+    rows = [[_short(r["run_dir"], 60), r["kind"] or "-",
+             r["verdict"] + (" (live)" if "writer_active" in r["warnings"] else ""),
+             str(r["events"]), str(r["quarantined_lines"]), ",".join(r["reasons"]) or "-"]
+            for r in runs]
     widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(heads)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
@@ -190,7 +200,9 @@ def _format_table(runs: list[dict[str, Any]], skipped: list[dict[str, str]]) -> 
     for r in runs:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     summary = ", ".join(f"{v} {counts[v]}" for v in VERDICTS if v in counts) or "no runs"
-    lines.append(f"\n{len(runs)} run(s): {summary}")
+    live = sum(1 for r in runs if "writer_active" in r["warnings"])
+    lines.append(f"\n{len(runs)} run(s): {summary}" + (f"; {live} live (being written)"
+                                                        if live else ""))
     for s in skipped:
         lines.append(f"skipped: {s['path']} ({s['reason']})")
     return "\n".join(lines) + "\n"
@@ -369,10 +381,34 @@ def cmd_codes(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# every argument that names a path (``~`` and ``$VARS`` are expanded in each)
+_PATH_ARGS = ("paths", "run_dir", "out", "png", "cache_dir", "path")
+
+
+def expand_path(path: str) -> str:
+    """``~`` and environment variables expanded, as a shell would (quoted or not).
+
+    >>> import os; os.environ["RA_DOC_X"] = "/x"
+    >>> expand_path("$RA_DOC_X/runs"), expand_path("~") == os.path.expanduser("~")
+    ('/x/runs', True)
+    """
+    return os.path.expandvars(os.path.expanduser(path))
+
+
+def _expand_args(args: argparse.Namespace) -> None:
+    for name in _PATH_ARGS:
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            setattr(args, name, expand_path(value))
+        elif isinstance(value, list):
+            setattr(args, name, [expand_path(v) if isinstance(v, str) else v for v in value])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rivumi-analysis`` console script; returns the exit code."""
     parser = _build_parser()
     args = parser.parse_args(argv)
+    _expand_args(args)
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE

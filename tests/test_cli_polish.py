@@ -1,0 +1,63 @@
+"""CLI polish of issue 16: ~ and $VARS in every path argument, --fail-on names the matched
+runs on stderr, live runs are marked in the audit table."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rivumi_analysis import cli
+from tests.conftest import example_events, running_manifest
+
+
+def test_home_and_env_vars_are_expanded_in_paths(tmp_path: Path, make_run, monkeypatch,
+                                                 capsys) -> None:
+    run = Path(make_run())
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RA_RUNS", str(tmp_path))
+    for arg in (f"~/{run.name}", f"$RA_RUNS/{run.name}", f"${{RA_RUNS}}/{run.name}"):
+        assert cli.main(["audit", arg, "--format", "json", "--no-cache"]) == 0
+        assert f'"run_dir": "{run}"' in capsys.readouterr().out
+    assert cli.main(["replay", f"~/{run.name}", "--json"]) == 0
+    assert capsys.readouterr().out.startswith('{"completed_turn_ids"')
+    out = tmp_path / "x"
+    assert cli.main(["export", f"~/{run.name}", "--out", "$RA_RUNS/x"]) == 0
+    assert out.is_dir()
+
+
+def test_fail_on_names_the_matched_runs(tmp_path: Path, make_run, capsys) -> None:
+    done = make_run("done")
+    make_run("open", manifest=running_manifest(49))
+    assert cli.main(["audit", str(tmp_path), "--fail-on", "terminal", "--format", "json",
+                     "--no-cache"]) == 1
+    err = capsys.readouterr().err
+    assert "--fail-on matched 1 run(s):" in err
+    assert f"  {done}  terminal  terminal" in err and "open" not in err
+    assert cli.main(["audit", str(tmp_path), "--fail-on", "corrupt", "--format", "json",
+                     "--no-cache"]) == 0
+    assert "matched" not in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_live_runs_are_marked_in_the_table(tmp_path: Path, make_run, capsys) -> None:
+    run = Path(make_run(events=b"".join(example_events().splitlines(keepends=True)[:10]),
+                        manifest=running_manifest(9)))
+    lock = run / ".writer.lock"
+    lock.write_text("pid=1 token=c01295ad5e1d4fceb808cfd63c3a0e41\n")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl,sys,time; f=open(sys.argv[1],'r+');"
+         "fcntl.flock(f, fcntl.LOCK_EX|fcntl.LOCK_NB); print('locked', flush=True);"
+         "time.sleep(60)", str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert cli.main(["audit", str(run), "--format", "table", "--no-cache"]) == 0
+        out = capsys.readouterr().out
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    assert "resumable (live)" in out and "1 live (being written)" in out
+    assert cli.main(["audit", str(run), "--format", "table", "--no-cache"]) == 0
+    assert "(live)" not in capsys.readouterr().out
