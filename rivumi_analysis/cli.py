@@ -51,6 +51,12 @@ def _build_parser() -> argparse.ArgumentParser:
                         "~/.cache/rivumi-analysis); never inside a run directory")
     a.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="worker processes (default: one per core; 1: no pool)")
+    a.add_argument("--engine", choices=("process", "ray"), default="process",
+                   help="process: local process pool (default); ray: Ray Data tasks on the "
+                        "cluster in $RAY_ADDRESS or a local one (extra rivumi-analysis[ray]; "
+                        "no cache)")
+    a.add_argument("--runs-per-task", type=int, default=256, metavar="N",
+                   help="runs per Ray task (--engine ray; default 256)")
     a.set_defaults(handler=cmd_audit)
 
     s = sub.add_parser("schema", help="print a table's data dictionary (what each column "
@@ -137,8 +143,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         print("rivumi-analysis audit: error: --jobs must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    result = _run_audit(paths, args.max_depth, cache=not args.no_cache,
-                        cache_dir=args.cache_dir, jobs=args.jobs)
+    if args.runs_per_task < 1:
+        print("rivumi-analysis audit: error: --runs-per-task must be at least 1",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.engine == "ray":
+        result = _run_ray_audit(paths, args.max_depth, args.runs_per_task)
+        if result is None:
+            return EXIT_USAGE
+    else:
+        result = _run_audit(paths, args.max_depth, cache=not args.no_cache,
+                            cache_dir=args.cache_dir, jobs=args.jobs)
     if not result.runs:
         print(f"rivumi-analysis audit: no runs found below {', '.join(paths)}", file=sys.stderr)
     out = sys.stdout
@@ -182,6 +197,29 @@ def _run_audit(paths: list[str], max_depth: int, *, cache: bool = False,
     finally:
         if bar is not None:
             bar.close()
+
+
+def _run_ray_audit(paths: list[str], max_depth: int, runs_per_task: int) -> Any:
+    """The audit on Ray (``--engine ray``); the engine summary goes to stderr."""
+    try:
+        from .distributed import _ray
+
+        _ray.require_ray()
+    except ImportError as exc:
+        print(f"rivumi-analysis audit: error: {exc}", file=sys.stderr)
+        return None
+    from .distributed import ChunkBar, audit
+
+    bar = ChunkBar(file=sys.stderr) if sys.stderr.isatty() else None
+    try:
+        result = audit(paths, engine="ray", max_depth=max_depth, runs_per_task=runs_per_task,
+                       on_chunk=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    if result.summary is not None:
+        print(f"rivumi-analysis: {result.summary.text()}", file=sys.stderr)
+    return result
 
 
 def _format_table(runs: list[dict[str, Any]], skipped: list[dict[str, str]]) -> str:
