@@ -21,7 +21,10 @@ EXIT_OK, EXIT_FAIL_ON, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 # the tables of rivumi_analysis.dictionary.TABLES (kept here so the parser imports nothing
 # heavy; a test checks the two agree)
 TABLE_NAMES = ("runs", "events", "quarantine", "manifests", "tool_calls", "approvals",
-               "model_calls", "usage", "verifications", "states", "drift", "forks")
+               "model_calls", "usage", "verifications", "states", "drift", "forks",
+               "relay_entries", "relay_quarantine", "relay_attempts", "relay_channel_messages",
+               "relay_channel_deliveries", "relay_channel_acks", "relay_channel_cursor",
+               "relay_violations")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -97,6 +100,18 @@ def _build_parser() -> argparse.ArgumentParser:
                          "effects, decisions and relative run dirs")
     rp.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
     rp.set_defaults(handler=cmd_report)
+
+    rl = sub.add_parser("relay", help="relayflowd run journals (durable-channel audit)")
+    rl_sub = rl.add_subparsers(dest="relay_command", metavar="SUBCOMMAND", parser_class=_Parser)
+    ra = rl_sub.add_parser("audit", help="audit relayflowd journals (.sqlite3 with -wal, JSONL)")
+    ra.add_argument("paths", nargs="+", metavar="PATH", help="journal files or folders")
+    ra.add_argument("--format", choices=("table", "json", "jsonl"), default=None,
+                    help="table when stdout is a terminal, else json")
+    ra.add_argument("--fail-on", default="", metavar="VERDICT,...",
+                    help="exit 1 when any journal has one of these verdicts "
+                         "(violations, unreadable)")
+    ra.add_argument("--max-depth", type=int, default=16, help="folder depth limit (default 16)")
+    ra.set_defaults(handler=cmd_relay_audit)
 
     e = sub.add_parser("export", help="write every table as a Parquet dataset")
     e.add_argument("paths", nargs="*", metavar="PATH",
@@ -391,6 +406,22 @@ def cmd_export(args: argparse.Namespace) -> int:
     print(f"rivumi-analysis: wrote {os.path.abspath(args.out)} (schema version "
           f"{SCHEMA_VERSION}): {rows}")
     return EXIT_OK
+
+
+def cmd_relay_audit(args: argparse.Namespace) -> int:
+    from .relay.audit import VERDICTS as RELAY_VERDICTS
+    from .relay.audit import run_cli
+
+    fail_on = {v.strip() for v in args.fail_on.split(",") if v.strip()}
+    unknown = sorted(fail_on - set(RELAY_VERDICTS))
+    missing = [p for p in args.paths if not os.path.lexists(p)]
+    err = (f"unknown verdict(s) {', '.join(unknown)}; choose from {', '.join(RELAY_VERDICTS)}"
+           if unknown else f"path does not exist: {missing[0]}" if missing else None)
+    if err:
+        print(f"rivumi-analysis relay audit: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    fmt = args.format or ("table" if sys.stdout.isatty() else "json")
+    return run_cli(args.paths, fmt, fail_on, max_depth=args.max_depth)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

@@ -69,6 +69,25 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           "(run, manifest field): replayed final state vs session.json", ("run_dir", "field")),
     Table("forks", schemas.ForksSchema, "fork link, or candidate fork point",
           ("row_kind", "run_dir", "sequence")),
+    # relayflowd journals (issue 14): rivumi_analysis.relay.tables
+    Table("relay_entries", schemas.RelayEntriesSchema,
+          "accepted relayflowd journal entry, with applied and the rules it broke",
+          ("path", "seq", "position")),
+    Table("relay_quarantine", schemas.RelayQuarantineSchema,
+          "quarantined journal row/line/element, or unreadable journal",
+          ("path", "level", "position")),
+    Table("relay_attempts", schemas.RelayAttemptsSchema,
+          "applied step attempt start and its completion", ("path", "start_seq")),
+    Table("relay_channel_messages", schemas.RelayChannelMessagesSchema,
+          "applied channel.appended", ("path", "channel", "offset")),
+    Table("relay_channel_deliveries", schemas.RelayChannelDeliveriesSchema,
+          "applied channel.delivered", ("path", "seq")),
+    Table("relay_channel_acks", schemas.RelayChannelAcksSchema,
+          "applied channel.acknowledged", ("path", "seq")),
+    Table("relay_channel_cursor", schemas.RelayChannelCursorSchema,
+          "change of a (channel, consumer) cursor", ("path", "channel", "consumer", "seq")),
+    Table("relay_violations", schemas.RelayViolationsSchema, "failed relayflowd rule",
+          ("path", "seq", "rule")),
 )}
 
 

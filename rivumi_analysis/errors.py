@@ -128,12 +128,114 @@ SKIP_REASONS: Mapping[str, str] = {
     "depth_limit": "a directory below the discovery depth limit",
 }
 
+# --- relayflowd journals (issue 14; spec: relayflowd-journal.md) -----------------------------
+
+RELAY_ENTRY_TYPES: frozenset[str] = frozenset({
+    "run.spawned", "run.cancel.requested", "run.completed",
+    "event.received", "subscription.registered", "subscription.matched", "subscription.stale",
+    "subscription.prepared", "subscription.opened", "subscription.closed",
+    "subscription.overflow.fenced", "subscription.acknowledged",
+    "step.routed", "step.attempt.started", "step.completed",
+    "wait.event", "wait.human", "sleep.until", "wait.completed",
+    "stream.appended", "memory.injected",
+    "channel.appended", "channel.delivered", "channel.acknowledged",
+    "effect.recorded", "effect.confirmed",
+    "epoch.summary", "segment.closed",
+})
+"""The 28 relayflowd entry types of ``relayflowd-core/src/entry.rs @ f6b82904`` (spec §4)."""
+
+RELAY_UNREADABLE_REASONS: Mapping[str, str] = {
+    "journal_busy": "the .sqlite3 or its -wal kept changing while copied (5 attempts, 50 ms apart)",
+    "not_sqlite": "the file does not start with the 16 bytes 'SQLite format 3\\0' (empty, truncated or not SQLite)",
+    "sqlite_error": "SQLite could not open or query the private copy (corrupt or malformed database)",
+    "quick_check_failed": "PRAGMA quick_check did not return exactly one row 'ok'",
+    "meta_invalid": "the meta table is missing or has no non-empty run_id",
+    "journal_version_unsupported": "meta.journal_version is not '1'",
+    "schema_invalid": "the segments or entries table is missing or lacks a column of the run-file schema",
+    "wal_not_regular": "the -wal beside the .sqlite3 is a symlink or not a regular file; never read",
+    "too_large": "the file is larger than the toolkit's read bound",
+    "unreadable": "the file cannot be read (permissions or I/O error)",
+    "internal_error": "the toolkit hit an unexpected error on this journal; see the message",
+}
+
+RELAY_QUARANTINE_REASONS: Mapping[str, str] = {
+    "torn_tail": "the final line has no newline and does not parse (a torn write)",
+    "invalid_utf8": "the line is not valid UTF-8",
+    "json_syntax": "the line is not RFC 8259 JSON (NaN/Infinity and out-of-range numbers included)",
+    "not_object": "the line (or journal_read element) is JSON but not an object",
+    "shape_mismatch": "the line parses but has another shape than the file's (jsonl/replay_json/journal_read)",
+    "replay_mismatch": "a replay_json line whose kind or step_id differs from its event",
+    "entries_not_array": "a journal_read page whose entries is not an array",
+    "missing_field": "an envelope field (seq, segment_id, entry_type, run_id, step_id, attempt, at_ms, payload) is absent",
+    "bad_field_type": "an envelope field has the wrong JSON/SQLite type (e.g. seq 1.0, attempt \"1\")",
+    "bad_field_value": "an envelope field is out of range (seq or segment_id < 1, attempt outside 0..2^32-1, empty run_id)",
+    "unsafe_integer": "an envelope integer is outside +-(2^53-1)",
+    "payload_invalid_json": "a SQLite payload that is not valid JSON text",
+    "payload_not_object": "the payload is valid JSON but not an object",
+    "unknown_entry_type": "entry_type is not one of the 28 known types (vocabulary drift): kept out of the rules",
+}
+
+RELAY_WARNINGS: Mapping[str, str] = {
+    "run_id_file_mismatch": "the file name is not <meta.run_id>.sqlite3 (the run id comes from meta)",
+    "payload_not_canonical": "a SQLite payload is valid JSON but not canonical (key order or whitespace); the kernel never writes one",
+    "payload_unsafe_integer": "a payload integer is outside +-(2^53-1) (a JS reader would refuse it)",
+    "duplicate_key": "a JSON object repeats a key (the last value wins)",
+    "at_ms_backwards": "at_ms decreases from one seq to the next (not a violation: order is by seq)",
+    "final_newline_missing": "the last line parses but lacks its trailing newline",
+    "crlf": "a line ends with CR LF (the CR is dropped)",
+    "blank_lines": "the file contains blank lines (skipped, not counted)",
+    "segments_table_inconsistent": "the segments table does not start at opened_seq 1 or is not increasing",
+}
+
+RELAY_SKIP_REASONS: Mapping[str, str] = {
+    "symlink": "a symlink: never followed",
+    "not_regular": "a FIFO, socket or device: never opened",
+    "registry": "relayflowd.sqlite3 is the run registry, not a journal",
+    "wal_without_database": "a -wal whose .sqlite3 is missing is not a journal",
+    "shm_without_database": "a -shm whose .sqlite3 is missing is not a journal",
+    "not_a_journal": "a .jsonl file with no line of a journal shape",
+    "unreadable": "a directory that could not be listed, or a file that could not be read",
+}
+
+RELAY_RULES: Mapping[str, str] = {
+    "C1": "channel payload decodes (channel, offset, producer/consumer, message_id, message, delivery_seq)",
+    "C2": "channel.appended: step_id = producer",
+    "C3": "channel.appended: offset = applied appends on the channel + 1 (dense, 1-based)",
+    "C4": "channel.appended: (producer, message_id) not already appended on the channel",
+    "C5": "channel.delivered: step_id = consumer",
+    "C6": "channel.delivered: offset = acked(channel, consumer) + 1",
+    "C7": "channel.delivered: an applied append exists at that offset",
+    "C8": "channel.delivered: message equals the appended message as a JSON value (1 != 1.0)",
+    "C9": "channel.delivered: no applied delivery has this seq",
+    "C10": "channel.acknowledged: step_id = consumer",
+    "C11": "channel.acknowledged: delivery_seq names an applied delivery of the same channel and consumer",
+    "C12": "channel.acknowledged: offset = that delivery's offset",
+    "C13": "channel.acknowledged: offset = acked(channel, consumer) + 1",
+    "D1": "channel entry after an applied run.cancel.requested",
+    "D2": "channel caller missing, not in the spec, or not an agent step",
+    "D3": "channel.appended to a channel the producer does not declare in surfaces.streams",
+    "D4": "channel caller is not the step's running attempt",
+    "J1": "entry of another run, or segment_id not a valid/current segment",
+    "J2": "entry after an applied run.completed",
+    "J3": "stream.appended offset is not head + 1 (0-based)",
+    "J4": "effect entry without step/attempt/keys, wrong deduped, or confirm without holding the election",
+    "J5": "memory.injected twice for a step",
+    "J6": "step.routed without a spec step, with an attempt, or routed twice",
+    "F": "fold error: start/completion/wait/sleep/memory without step (or attempt) or not in the spec; agent success without end_pins",
+    "DEAD": "an attempt start never completed although the step restarted or the run completed",
+}
+
 ALL_CODES: Mapping[str, Mapping[str, str]] = {
     "verdict reasons": VERDICT_REASONS,
     "warnings": WARNINGS,
     "event warnings": EVENT_WARNINGS,
     "quarantine reasons": QUARANTINE_REASONS,
     "skip reasons": SKIP_REASONS,
+    "relay unreadable reasons": RELAY_UNREADABLE_REASONS,
+    "relay quarantine reasons": RELAY_QUARANTINE_REASONS,
+    "relay warnings": RELAY_WARNINGS,
+    "relay skip reasons": RELAY_SKIP_REASONS,
+    "relay rules": RELAY_RULES,
 }
 
 
@@ -192,6 +294,28 @@ class QuarantineError(RivumiAnalysisError):
             where=where,
             hint="inspect err.quarantine, or call the loader with strict=False to keep going",
         )
+
+
+class RelayQuarantineError(RivumiAnalysisError):
+    """Raised by ``relay_*_df`` loaders with ``strict=True`` when a journal row, line or element
+    was quarantined or a journal is unreadable.
+
+    Attributes:
+        quarantine: the ``relay_quarantine_df`` table of the journals read.
+    """
+
+    code = "relay_quarantined"
+
+    def __init__(self, quarantine: Any) -> None:
+        self.quarantine = quarantine
+        first = quarantine.row(0, named=True)
+        where = first["path"]
+        if first["line_no"] is not None:
+            where += f":{first['line_no']}:{first['byte_offset']}"
+        super().__init__(
+            f"{quarantine.height} journal row(s)/line(s) or journal(s) could not be accepted; "
+            f"first: {first['reason']}: {first['message']}", where=where,
+            hint="inspect err.quarantine, or call the loader with strict=False to keep going")
 
 
 class ReplayRefused(RivumiAnalysisError):

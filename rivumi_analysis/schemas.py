@@ -21,7 +21,14 @@ import pandera.polars as pa
 import polars as pl
 from pandera.typing.polars import Series  # noqa: F401  (re-exported for users' own models)
 
-from .errors import QUARANTINE_REASONS, VERDICTS
+from .errors import (
+    QUARANTINE_REASONS,
+    RELAY_ENTRY_TYPES,
+    RELAY_QUARANTINE_REASONS,
+    RELAY_RULES,
+    RELAY_UNREADABLE_REASONS,
+    VERDICTS,
+)
 
 _KINDS = ["native", "fork", "subagent", "external"]
 UTC_US = pl.Datetime("us", "UTC")
@@ -786,3 +793,231 @@ class ForksSchema(_Base):
     fork_point_matches: pl.Boolean = _col(
         "fork_link: the source log has that event at that sequence and events_included "
         "events up to it.", "derived", nullable=True)
+
+
+# --- relayflowd journals (issue 14) ----------------------------------------------------------
+# One model per relay_*_df table (rivumi_analysis.relay.tables). Section numbers name relayflowd-journal.md, the
+# relayflowd data contract. Journals are identified by ``path``;
+# entries are keyed by (path, seq, position).
+
+_RELAY_KINDS = ["sqlite", "jsonl", "replay_json", "journal_read"]
+_RELAY_ENTRY_TYPES = sorted(RELAY_ENTRY_TYPES)
+_CHANNEL_TYPES = ["channel.appended", "channel.delivered", "channel.acknowledged"]
+MS, OFFSET, RSEQ = "ms since the epoch", "channel offset (1-based)", "journal seq"
+_RPATH = ("The journal file as discovery reported it: relative to the PATH given (or the path "
+          "itself when a file was named); for SQLite the .sqlite3 (its -wal is part of it).")
+_RPATH_SRC = "discovery (relayflowd-journal.md §8)"
+_RRUN = ("The relayflowd run id: meta.run_id for SQLite, the run_id of the lowest-seq "
+         "accepted entry for JSON shapes.")
+_RRUN_SRC = "meta.run_id / envelope run_id"
+_RKIND = "sqlite, jsonl (bare envelopes), replay_json (flows replay --json) or journal_read."
+
+
+def _rkind(**checks: Any) -> Any:
+    return _col(_RKIND, "discovery + first journal-shaped line (relayflowd-journal.md §3.2)", isin=_RELAY_KINDS,
+                **checks)
+
+
+class RelayEntriesSchema(_Base):
+    """``relay_entries_df``: one row per accepted entry, in (seq, position) order per journal."""
+
+    path: pl.Utf8 = _col(_RPATH, _RPATH_SRC)
+    source_kind: pl.Utf8 = _rkind()
+    run_id: pl.Utf8 = _col("The entry's run id (SQLite: meta.run_id; JSON: its own run_id).",
+                           "envelope run_id / meta.run_id")
+    seq: pl.Int64 = _col("Journal sequence number; the rules fold in seq order, never at_ms.",
+                         "entries.seq / envelope seq", RSEQ, ge=1)
+    position: pl.Int64 = _col("0-based order in the source (ties on seq: a repeated line).",
+                              "row / line / element index", COUNT, ge=0)
+    segment_id: pl.Int64 = _col("Segment (epoch) the entry belongs to (relayflowd-journal.md §5).",
+                                "entries.segment_id / envelope segment_id", ge=1)
+    entry_type: pl.Utf8 = _col("One of the 28 known entry types (relayflowd-journal.md §4); unknown ones are "
+                               "quarantined.", "entries.entry_type", isin=_RELAY_ENTRY_TYPES)
+    step_id: pl.Utf8 = _col("Step id, null for run-level entries.", "entries.step_id",
+                            nullable=True)
+    attempt: pl.Int64 = _col("1-based attempt number where the type has one.",
+                             "entries.attempt", COUNT, nullable=True, ge=0)
+    at_ms: pl.Int64 = _col("Wall clock of the append; not monotone in seq (relayflowd-journal.md §11).",
+                           "entries.at_ms", MS)
+    payload: pl.Utf8 = _col("The payload as canonical JSON text (keys sorted, compact, ints "
+                            "and floats kept apart).", "entries.payload (re-serialised)")
+    applied: pl.Boolean = _col("The entry moved the reducer's state: no C, J or F rule failed "
+                               "(D rules and DEAD never stop an entry).", "derived: relayflowd-journal.md §7.0")
+    rules: pl.List(pl.Utf8) = _col("Rule ids reported at this entry's seq by the fold (DEAD "
+                                   "is listed in relay_violations_df only).", "derived: relayflowd-journal.md §7")
+
+
+class RelayQuarantineSchema(_Base):
+    """``relay_quarantine_df``: one row per quarantined row/line/element, and one per
+    unreadable journal (``level`` journal), so nothing is lost silently."""
+
+    path: pl.Utf8 = _col(_RPATH, _RPATH_SRC)
+    source_kind: pl.Utf8 = _rkind()
+    run_id: pl.Utf8 = _col(_RRUN + " Null for an unreadable journal.", _RRUN_SRC,
+                           nullable=True)
+    level: pl.Utf8 = _col("entry: one row, line or journal_read element; journal: the whole "
+                          "journal is unreadable (relayflowd-journal.md §1.1).", "derived",
+                          isin=["entry", "journal"])
+    position: pl.Int64 = _col("0-based order of the row/line/element in its source.",
+                              "reader", COUNT, nullable=True, ge=0)
+    line_no: pl.Int64 = _col("Physical line (JSON shapes), null for SQLite rows.",
+                             "reader", "line number (1-based)", nullable=True, ge=1)
+    byte_offset: pl.Int64 = _col("Byte offset of that line.", "reader", BYTES,
+                                 nullable=True, ge=0)
+    element: pl.Int64 = _col("Index inside a journal_read page's entries array.",
+                             "reader", COUNT, nullable=True, ge=0)
+    seq: pl.Int64 = _col("The entry's seq when it could be read (e.g. an unknown type).",
+                         "envelope seq", RSEQ, nullable=True)
+    entry_type: pl.Utf8 = _col("The entry_type when it was a string.", "envelope entry_type",
+                               nullable=True)
+    reason: pl.Utf8 = _col("Stable reason code (README: relayflowd codes).", "reader",
+                           isin=sorted({*RELAY_QUARANTINE_REASONS, *RELAY_UNREADABLE_REASONS}))
+    message: pl.Utf8 = _col("What is wrong, readable.", "reader")
+
+
+class RelayAttemptsSchema(_Base):
+    """``relay_attempts_df``: one row per applied ``step.attempt.started``."""
+
+    path: pl.Utf8 = _col(_RPATH, _RPATH_SRC)
+    run_id: pl.Utf8 = _col(_RRUN, _RRUN_SRC)
+    step_id: pl.Utf8 = _col("The step that started.", "step.attempt.started step_id")
+    attempt: pl.Int64 = _col("The attempt number.", "step.attempt.started attempt", COUNT,
+                             ge=0)
+    start_seq: pl.Int64 = _col("Seq of the start.", "step.attempt.started seq", RSEQ, ge=1)
+    started_at_ms: pl.Int64 = _col("at_ms of the start.", "step.attempt.started at_ms", MS)
+    end_seq: pl.Int64 = _col("Seq of the first later applied step.completed of the same "
+                             "(step, attempt).", "step.completed seq", RSEQ, nullable=True)
+    ended_at_ms: pl.Int64 = _col("at_ms of that completion.", "step.completed at_ms", MS,
+                                 nullable=True)
+    duration_ms: pl.Int64 = _col("ended_at_ms - started_at_ms clamped at 0 (at_ms is not "
+                                 "monotone).", "derived", "ms", nullable=True, ge=0)
+    completion_reason: pl.Utf8 = _col("completionReason of the completion (crashed and "
+                                      "lease_expired explain a killed attempt).",
+                                      "step.completed payload.completionReason", nullable=True)
+    disposition: pl.Utf8 = _col("step_done, retry or park.",
+                                "step.completed payload.disposition", nullable=True)
+    status: pl.Utf8 = _col("completed; dead (a DEAD violation: restarted or run completed "
+                           "without a completion); live (unexplained at the tail of an "
+                           "unfinished run, not a violation) (relayflowd-journal.md §7.4).", "derived",
+                           isin=["completed", "dead", "live"])
+
+
+class RelayChannelMessagesSchema(_Base):
+    """``relay_channel_messages_df``: one row per applied ``channel.appended``."""
+
+    path: pl.Utf8 = _col(_RPATH, _RPATH_SRC)
+    run_id: pl.Utf8 = _col(_RRUN, _RRUN_SRC)
+    channel: pl.Utf8 = _col("Channel name (also a declared stream name; never mixed with "
+                            "stream.appended).", "channel.appended payload.channel")
+    offset: pl.Int64 = _col("Dense 1-based offset shared by all producers of the channel.",
+                            "channel.appended payload.offset", OFFSET, ge=1)
+    seq: pl.Int64 = _col("Seq of the append.", "channel.appended seq", RSEQ, ge=1)
+    segment_id: pl.Int64 = _col("Segment of the append.", "channel.appended segment_id", ge=1)
+    producer: pl.Utf8 = _col("Producing step (= the entry's step_id).",
+                             "channel.appended payload.producer")
+    message_id: pl.Utf8 = _col("Producer's message id (unique per channel and producer).",
+                               "channel.appended payload.message_id")
+    attempt: pl.Int64 = _col("Attempt that appended.", "channel.appended attempt", COUNT,
+                             nullable=True)
+    at_ms: pl.Int64 = _col("at_ms of the append.", "channel.appended at_ms", MS)
+    message: pl.Utf8 = _col("The message as canonical JSON text.",
+                            "channel.appended payload.message")
+    deliveries: pl.Int64 = _col("Applied deliveries of this offset, all consumers.",
+                                "derived", COUNT, ge=0)
+    consumers_acked: pl.Int64 = _col("Consumers whose acknowledged offset reaches this one "
+                                     "at the end.", "derived", COUNT, ge=0)
+
+
+class RelayChannelDeliveriesSchema(_Base):
+    """``relay_channel_deliveries_df``: one row per applied ``channel.delivered``."""
+
+    path: pl.Utf8 = _col(_RPATH, _RPATH_SRC)
+    run_id: pl.Utf8 = _col(_RRUN, _RRUN_SRC)
+    channel: pl.Utf8 = _col("Channel name.", "channel.delivered payload.channel")
+    consumer: pl.Utf8 = _col("Consuming step (= the entry's step_id).",
+                             "channel.delivered payload.consumer")
+    offset: pl.Int64 = _col("Offset delivered (always acked + 1).",
+                            "channel.delivered payload.offset", OFFSET, ge=1)
+    seq: pl.Int64 = _col("Seq of the delivery (what an ack's delivery_seq names).",
+                         "channel.delivered seq", RSEQ, ge=1)
+    segment_id: pl.Int64 = _col("Segment of the delivery.", "channel.delivered segment_id",
+                                ge=1)
+    attempt: pl.Int64 = _col("Attempt that received.", "channel.delivered attempt", COUNT,
+                             nullable=True)
+    at_ms: pl.Int64 = _col("at_ms of the delivery.", "channel.delivered at_ms", MS)
+    delivery_ordinal: pl.Int64 = _col("1 for the first delivery of this (channel, consumer, "
+                                      "offset), 2 for the first redelivery, ...", "derived",
+                                      COUNT, ge=1)
+    redelivery: pl.Boolean = _col("delivery_ordinal > 1: received again before the ack.",
+                                  "derived")
+    redelivery_within_attempt: pl.Boolean = _col(
+        "A redelivery to the same attempt as the previous delivery of this offset.", "derived")
+    redelivery_across_attempts: pl.Boolean = _col(
+        "A redelivery to another attempt than the previous delivery (e.g. after a crash).",
+        "derived")
+    acked_by_seq: pl.Int64 = _col("Seq of the applied ack whose delivery_seq names this "
+                                  "delivery.", "derived", RSEQ, nullable=True)
+
+
+class RelayChannelAcksSchema(_Base):
+    """``relay_channel_acks_df``: one row per applied ``channel.acknowledged``."""
+
+    path: pl.Utf8 = _col(_RPATH, _RPATH_SRC)
+    run_id: pl.Utf8 = _col(_RRUN, _RRUN_SRC)
+    channel: pl.Utf8 = _col("Channel name.", "channel.acknowledged payload.channel")
+    consumer: pl.Utf8 = _col("Acknowledging step.", "channel.acknowledged payload.consumer")
+    offset: pl.Int64 = _col("Offset acknowledged (advances exactly one).",
+                            "channel.acknowledged payload.offset", OFFSET, ge=1)
+    seq: pl.Int64 = _col("Seq of the ack.", "channel.acknowledged seq", RSEQ, ge=1)
+    segment_id: pl.Int64 = _col("Segment of the ack.", "channel.acknowledged segment_id",
+                                ge=1)
+    attempt: pl.Int64 = _col("Attempt that acknowledged.", "channel.acknowledged attempt",
+                             COUNT, nullable=True)
+    at_ms: pl.Int64 = _col("at_ms of the ack.", "channel.acknowledged at_ms", MS)
+    delivery_seq: pl.Int64 = _col("Seq of the acknowledged delivery.",
+                                  "channel.acknowledged payload.delivery_seq", RSEQ, ge=1)
+    delivery_segment_id: pl.Int64 = _col("Segment of that delivery (may be earlier: relayflowd-journal.md §5).",
+                                         "derived", ge=1)
+    latency_ms: pl.Int64 = _col("Ack at_ms - acknowledged delivery at_ms, clamped at 0.",
+                                "derived", "ms", ge=0)
+    first_delivery_seq: pl.Int64 = _col("Seq of the first delivery of this offset to this "
+                                        "consumer.", "derived", RSEQ, ge=1)
+    first_delivery_latency_ms: pl.Int64 = _col(
+        "Ack at_ms - first delivery at_ms, clamped at 0 (includes redeliveries).", "derived",
+        "ms", ge=0)
+
+
+class RelayChannelCursorSchema(_Base):
+    """``relay_channel_cursor_df``: (channel, consumer) cursor after each applied channel entry
+    that changes it (appends change the lag of every consumer already known)."""
+
+    path: pl.Utf8 = _col(_RPATH, _RPATH_SRC)
+    run_id: pl.Utf8 = _col(_RRUN, _RRUN_SRC)
+    channel: pl.Utf8 = _col("Channel name.", "channel.* payload.channel")
+    consumer: pl.Utf8 = _col("Consumer (known from its first delivery on: there is no "
+                             "subscription registry).", "channel.delivered payload.consumer")
+    seq: pl.Int64 = _col("Seq of the channel entry that changed the cursor.", "entries.seq",
+                         RSEQ, ge=1)
+    entry_type: pl.Utf8 = _col("The channel entry type that changed it.", "entries.entry_type",
+                               isin=_CHANNEL_TYPES)
+    head: pl.Int64 = _col("Applied appends on the channel so far.", "derived", OFFSET, ge=0)
+    acked_offset: pl.Int64 = _col("acked(channel, consumer): offset of its last applied ack "
+                                  "(0: nothing consumed).", "derived", OFFSET, ge=0)
+    lag: pl.Int64 = _col("head - acked_offset: messages not yet acknowledged.", "derived",
+                         COUNT, ge=0)
+    in_flight: pl.Int64 = _col("Distinct offsets delivered and not yet acknowledged.",
+                               "derived", COUNT, ge=0)
+
+
+class RelayViolationsSchema(_Base):
+    """``relay_violations_df``: one row per failed rule (spec relayflowd-journal.md §7)."""
+
+    path: pl.Utf8 = _col(_RPATH, _RPATH_SRC)
+    source_kind: pl.Utf8 = _rkind()
+    run_id: pl.Utf8 = _col(_RRUN, _RRUN_SRC)
+    seq: pl.Int64 = _col("Seq the rule is reported at (DEAD: the dead attempt's start).",
+                         "derived: relayflowd-journal.md §7.0", RSEQ, ge=1)
+    rule: pl.Utf8 = _col("Rule id: C1-C13, D1-D4, J1-J6, F or DEAD.", "derived: relayflowd-journal.md §7",
+                         isin=list(RELAY_RULES))
+    entry_type: pl.Utf8 = _col("Type of the entry at that seq.", "entries.entry_type")
+    message: pl.Utf8 = _col("The kernel's error text and the values involved.", "derived")

@@ -1,0 +1,1 @@
+"""Test-data generation (writers, scenarios, crash cuts); imported only by tests and python -m."""
