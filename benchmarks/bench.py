@@ -54,7 +54,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "example" / "a66038f97f204cb3aaa96339f19
 # --- corpora -----------------------------------------------------------------------------------
 
 def _have_generator() -> bool:
-    return (ROOT / "rivumi_analysis" / "corpus.py").exists()
+    return (ROOT / "rivumi_analysis" / "synth" / "corpus.py").exists()
 
 
 def make_corpus(out: Path, runs: int, target_mb: int, single_log_mb: int | None = None) -> Path:
@@ -68,7 +68,7 @@ def make_corpus(out: Path, runs: int, target_mb: int, single_log_mb: int | None 
         shutil.rmtree(out)
     out.mkdir(parents=True)
     if _have_generator():
-        cmd = [PY, "-m", "rivumi_analysis.corpus", "--out", str(out)]
+        cmd = [PY, "-m", "rivumi_analysis.synth.corpus", "--out", str(out)]
         cmd += (["--single-log-mb", str(single_log_mb)] if single_log_mb
                 else ["--runs", str(runs), "--target-mb", str(target_mb)])
         subprocess.run(cmd, check=True, cwd=ROOT)
@@ -121,7 +121,7 @@ def corpus_stats(root: Path) -> dict[str, Any]:
 # --- measurements (each runs in a child: `bench.py _measure NAME CORPUS [CACHE]`) ---------------
 
 def _run_dirs(root: str) -> list[str]:
-    from rivumi_analysis._discovery import discover
+    from rivumi_analysis.read.discovery import discover
 
     return [loc.run_dir for loc in discover(root).runs]
 
@@ -247,7 +247,7 @@ def m_table(name: str, root: str) -> dict[str, Any]:
 
 
 def m_events_df(root: str, cache: str | None) -> dict[str, Any]:
-    from rivumi_analysis.events import events_df
+    from rivumi_analysis.tables.events import events_df
 
     t = time.perf_counter()
     df = events_df(root)
@@ -255,7 +255,7 @@ def m_events_df(root: str, cache: str | None) -> dict[str, Any]:
 
 
 def m_states_df(root: str, cache: str | None) -> dict[str, Any]:
-    from rivumi_analysis.states import states_df
+    from rivumi_analysis.tables.states import states_df
 
     t = time.perf_counter()
     df = states_df(root)
@@ -264,8 +264,8 @@ def m_states_df(root: str, cache: str | None) -> dict[str, Any]:
 
 def m_states_reduce(root: str, cache: str | None) -> dict[str, Any]:
     """``states_df`` on runs already loaded: the replay reduction alone."""
-    from rivumi_analysis._snapshot import load_fleet
-    from rivumi_analysis.states import states_df
+    from rivumi_analysis.read.snapshot import load_fleet
+    from rivumi_analysis.tables.states import states_df
 
     runs = load_fleet(root).runs
     t = time.perf_counter()
@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default="", help="also write the results here")
     ap.add_argument("--corpus", default="",
                     help="comma list of existing corpus folders to measure as they are "
-                         "(e.g. /tmp/corpus10k from `python -m rivumi_analysis.corpus`); "
+                         "(e.g. /tmp/corpus10k from `python -m rivumi_analysis.synth.corpus`); "
                          "never regenerated or modified")
     args = ap.parse_args(argv)
     import platform
@@ -502,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"machine: {platform.platform()}, {psutil.cpu_count()} cores, "
           f"{psutil.virtual_memory().total / 2**30:.1f} GiB RAM, Python {platform.python_version()}")
-    print(f"corpus generator: {'rivumi_analysis.corpus' if _have_generator() else 'fixture copies'}")
+    print(f"corpus generator: {'rivumi_analysis.synth.corpus' if _have_generator() else 'fixture copies'}")
     only = tuple(x for x in args.only.split(",") if x)
     only = tuple(f"table:{x}" if x in TABLES else x for x in only)
     results = {}

@@ -8,9 +8,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover
-from ._snapshot import RunData, read_run
-from .verdict import TERMINAL_RUN_EVENTS, decide
+from .errors import VERDICTS
+from .read.cache import Recorder
+from .read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover
+from .read.snapshot import RunData, read_run
+from .resume import TERMINAL_RUN_EVENTS, decide
 
 SCHEMA_VERSION = 1
 
@@ -36,7 +38,7 @@ class AuditResult:
 
 
 def _replay_verdict(run: RunData) -> tuple[bool | None, str | None]:
-    from ._replay_proof import run_replay_verdict
+    from .replay.proof import run_replay_verdict
 
     return run_replay_verdict(run)
 
@@ -135,6 +137,20 @@ def audit_run(run_dir: str, *, is_subagent: bool = False,
         return error_record(loc, exc)
 
 
+def _record(run: RunData) -> dict[str, Any]:
+    # looked up at call time, so a patched ``record_from_run`` is the one used
+    return record_from_run(run)
+
+
+def _cacheable(record: dict[str, Any]) -> bool:
+    return record.get("verdict") != "error"
+
+
+RECORDER = Recorder(_record, error_record, _cacheable, SCHEMA_VERSION)
+"""What an audit record is, for the record cache and the engines that run it per run
+(:func:`rivumi_analysis.read.cache.run_fleet`, :mod:`rivumi_analysis.distributed`)."""
+
+
 def iter_records(locations: list[RunLocation],
                  progress: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
     """Audit runs one at a time (memory bounded by the largest run)."""
@@ -154,7 +170,7 @@ def audit(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEPTH,
     Args:
         jobs: worker processes (None: one per available core; 1: in this process). Results
             are identical whatever the number.
-        cache: use the incremental cache (``_cache``). None means "only when ``cache_dir`` is
+        cache: use the incremental cache (:mod:`rivumi_analysis.read.cache`). None means "only when ``cache_dir`` is
             given"; True with no ``cache_dir`` uses the user cache directory. A warm result
             always equals a cold one.
         cache_dir: where the consolidated cache file lives (never inside a source).
@@ -162,16 +178,46 @@ def audit(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEPTH,
     Raises:
         SourceError: a missing source, a regular file, or no default run root.
     """
-    from ._cache import AuditCache, run_fleet
+    from .read.cache import AuditCache, run_fleet
 
     found = discover(source, max_depth=max_depth)
     use_cache = cache if cache is not None else cache_dir is not None
-    store = AuditCache(cache_dir) if use_cache else None
+    store = AuditCache(cache_dir, schema_version=SCHEMA_VERSION) if use_cache else None
     try:
-        records = run_fleet(found.runs, jobs=jobs, cache=store, progress=progress)
+        records = run_fleet(found.runs, recorder=RECORDER, jobs=jobs, cache=store,
+                            progress=progress)
     finally:
         if store is not None:
             store.close()
     runs = sorted(records, key=lambda r: r["run_dir"])
     skipped = [{"path": s.path, "reason": s.reason} for s in found.skipped]
     return AuditResult(runs=runs, skipped=skipped, root_used=found.root_used)
+
+
+def format_table(runs: list[dict[str, Any]], skipped: list[dict[str, str]]) -> str:
+    """The human-readable audit table (what ``audit --format table`` prints), with a summary."""
+    heads = ("RUN", "KIND", "VERDICT", "EVENTS", "QUAR", "REASONS")
+    # a run another process is writing (its lock is held) is marked live: its verdict is
+    # that of the snapshot read
+    rows = [[_short(r["run_dir"], 60), r["kind"] or "-",
+             r["verdict"] + (" (live)" if "writer_active" in r["warnings"] else ""),
+             str(r["events"]), str(r["quarantined_lines"]), ",".join(r["reasons"]) or "-"]
+            for r in runs]
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(heads)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+              for row in rows]
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    summary = ", ".join(f"{v} {counts[v]}" for v in VERDICTS if v in counts) or "no runs"
+    live = sum(1 for r in runs if "writer_active" in r["warnings"])
+    lines.append(f"\n{len(runs)} run(s): {summary}" + (f"; {live} live (being written)"
+                                                        if live else ""))
+    for s in skipped:
+        lines.append(f"skipped: {s['path']} ({s['reason']})")
+    return "\n".join(lines) + "\n"
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else "…" + text[-(width - 1):]

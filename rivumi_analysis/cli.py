@@ -78,7 +78,7 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("run_dir", metavar="RUN_DIR", help="path to one run directory")
     r.add_argument("--json", action="store_true",
                    help="print the runner's canonical JSON byte for byte")
-    r.set_defaults(handler=_lazy("replay", "cmd_replay"))
+    r.set_defaults(handler=_lazy("replay.runner", "cmd_replay"))
 
     f = sub.add_parser("fork-seed",
                        help="print the runner's seed-only fork seed at a sequence (creates nothing)")
@@ -86,7 +86,7 @@ def _build_parser() -> argparse.ArgumentParser:
     # a non-integer is a usage error; a negative one reaches rule 16's message (§7.6)
     f.add_argument("--sequence", type=int, required=True, metavar="N",
                    help="fork point sequence (a non-negative integer)")
-    f.set_defaults(handler=_lazy("replay", "cmd_fork_seed"))
+    f.set_defaults(handler=_lazy("replay.runner", "cmd_fork_seed"))
 
     rp = sub.add_parser("report", help="write one self-contained, offline HTML audit report")
     rp.add_argument("paths", nargs="*", metavar="PATH",
@@ -126,7 +126,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _resolve_paths(paths: list[str]) -> tuple[list[str] | None, str | None]:
     """Validate PATH arguments before any output. Returns (paths, error message)."""
-    from ._discovery import check_sources, default_run_root
+    from .read.discovery import check_sources, default_run_root
 
     if not paths:
         root = default_run_root()
@@ -180,7 +180,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         for s in result.skipped:
             print(f"skipped: {s['path']} ({s['reason']})", file=sys.stderr)
     else:
-        out.write(_format_table(result.runs, result.skipped))
+        from .audit import format_table
+
+        out.write(format_table(result.runs, result.skipped))
     out.flush()
     if any(r["verdict"] == "error" for r in result.runs):
         return EXIT_INTERNAL
@@ -235,34 +237,6 @@ def _run_ray_audit(paths: list[str], max_depth: int, runs_per_task: int) -> Any:
     if result.summary is not None:
         print(f"rivumi-analysis: {result.summary.text()}", file=sys.stderr)
     return result
-
-
-def _format_table(runs: list[dict[str, Any]], skipped: list[dict[str, str]]) -> str:
-    heads = ("RUN", "KIND", "VERDICT", "EVENTS", "QUAR", "REASONS")
-    # a run another process is writing (its lock is held) is marked live: its verdict is
-    # that of the snapshot read
-    rows = [[_short(r["run_dir"], 60), r["kind"] or "-",
-             r["verdict"] + (" (live)" if "writer_active" in r["warnings"] else ""),
-             str(r["events"]), str(r["quarantined_lines"]), ",".join(r["reasons"]) or "-"]
-            for r in runs]
-    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(heads)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-              for row in rows]
-    counts: dict[str, int] = {}
-    for r in runs:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    summary = ", ".join(f"{v} {counts[v]}" for v in VERDICTS if v in counts) or "no runs"
-    live = sum(1 for r in runs if "writer_active" in r["warnings"])
-    lines.append(f"\n{len(runs)} run(s): {summary}" + (f"; {live} live (being written)"
-                                                        if live else ""))
-    for s in skipped:
-        lines.append(f"skipped: {s['path']} ({s['reason']})")
-    return "\n".join(lines) + "\n"
-
-
-def _short(text: str, width: int) -> str:
-    return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
 def _lazy(module: str, name: str) -> Any:
@@ -358,7 +332,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if err:
         print(f"rivumi-analysis report: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    from .report import write_report
+    from .viz.report import write_report
 
     progress = _Progress("report")
     try:

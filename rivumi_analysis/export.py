@@ -26,9 +26,9 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
-from ._discovery import DEFAULT_MAX_DEPTH, Source, normalize_sources
 from ._version import __version__
 from .errors import SourceError
+from .read.discovery import DEFAULT_MAX_DEPTH, Source, normalize_sources
 
 SCHEMA_VERSION = 1
 """Version of the exported dataset's layout and columns (also in each file's metadata)."""
@@ -53,18 +53,20 @@ REDACT_DROP = {"approvals": frozenset({"policy_reason"})}
 
 def build_tables(runs: list[Any]) -> dict[str, Any]:
     """Every exported table, built from one list of ``RunData`` snapshots."""
-    from . import _frames as F
+    from .tables import approvals, events, model_calls, tool_calls, usage
+    from .tables import runs as runs_table
+    from .tables._common import quarantine_frame
 
     tables = {
-        "runs": F.runs_frame(runs),
-        "events": F.events_frame(runs),
-        "quarantine": F.quarantine_frame(runs),
-        "tool_calls": F.tool_calls_frame(runs),
-        "approvals": F.approvals_frame(runs),
-        "model_calls": F.model_calls_frame(runs),
-        "usage": F.usage_frame(runs),
+        "runs": runs_table.runs_frame(runs),
+        "events": events.events_frame(runs),
+        "quarantine": quarantine_frame(runs),
+        "tool_calls": tool_calls.tool_calls_frame(runs),
+        "approvals": approvals.approvals_frame(runs),
+        "model_calls": model_calls.model_calls_frame(runs),
+        "usage": usage.usage_frame(runs),
     }
-    from .states import states_df  # the same engine as the loader, not a copy of it
+    from .tables.states import states_df  # the same engine as the loader, not a copy of it
 
     tables["states"] = states_df(runs)
     return {t: tables[t] for t in TABLES if t in tables}
@@ -130,7 +132,7 @@ def redact(table: str, df: Any, tops: list[str]) -> Any:
 
 
 def _relative(path: str | None, tops: list[str]) -> str | None:
-    from ._discovery import relative_run_dir
+    from .read.discovery import relative_run_dir
 
     if path is None:
         return None
@@ -217,7 +219,7 @@ def export(source: Source | None, out: str | os.PathLike[str], *, redact_output:
         SourceError: a bad source, or (code ``no_runs``) no run below it; ``out`` is then
             left untouched.
     """
-    from ._snapshot import load_fleet
+    from .read.snapshot import load_fleet
 
     def step(phase: str, done: int, total: int) -> None:
         if progress is not None:

@@ -1,6 +1,6 @@
 """The resume verdict: what the runner's resume would decide for a run, and why (§6, §12).
 
-A pure function of a :class:`~rivumi_analysis._snapshot.RunData`: no file access. Steps 1, 2
+A pure function of a :class:`~rivumi_analysis.read.snapshot.RunData`: no file access. Steps 1, 2
 and 8 of §6 (lease, claim, workspace) are not evaluated: the toolkit is read-only and archived
 runs usually lack ``workspace/``.
 
@@ -22,9 +22,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ._decode import BOM, RUN_EVENT_KEYS
-from ._io import RUNNER_FILE_LIMIT
-from ._models import (
+from .errors import VERDICT_REASONS
+from .read.decode import BOM, RUN_EVENT_KEYS
+from .read.io import RUNNER_FILE_LIMIT
+from .read.models import (
     MANIFEST_KNOWN_KEYS,
     TERMINAL_PHASES,
     RunEvent,
@@ -32,8 +33,7 @@ from ._models import (
     TaskContract,
     first_error,
 )
-from ._snapshot import Event, RunData, atomic_leftovers
-from .errors import VERDICT_REASONS
+from .read.snapshot import Event, RunData, atomic_leftovers
 
 SIDE_EFFECT_STARTS = frozenset({"tool.started", "verification.started"})
 TERMINAL_RUN_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})
@@ -83,7 +83,7 @@ class _Collector:
 def decide(run: RunData) -> Verdict:
     """Decide the resume verdict of one run (pure; never raises for bad content).
 
-    >>> from rivumi_analysis._snapshot import read_run
+    >>> from rivumi_analysis.read.snapshot import read_run
     >>> decide(read_run("/nonexistent-run")).verdict
     'not_resumable'
     """

@@ -384,7 +384,7 @@ def test_pydantic_is_the_oracle_for_accepted_events() -> None:
     from hypothesis import strategies as st
     from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-    from rivumi_analysis._decode import decode_line
+    from rivumi_analysis.read.decode import decode_line
 
     class Envelope(BaseModel):
         model_config = ConfigDict(extra="allow")

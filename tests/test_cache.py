@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import rivumi_analysis._cache as C
-import rivumi_analysis._snapshot as S
+import rivumi_analysis.read.cache as C
+import rivumi_analysis.read.snapshot as S
 from rivumi_analysis.audit import audit
 
 EXAMPLE = Path(__file__).parent / "fixtures" / "example" / "a66038f97f204cb3aaa96339f195c37e"

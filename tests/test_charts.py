@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 import pytest
 
-from rivumi_analysis import charts as C
+from rivumi_analysis.viz import charts as C
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 EXAMPLE = "tests/fixtures/example"
@@ -55,7 +55,7 @@ def _runs(n: int) -> pl.DataFrame:
 
 @pytest.fixture(scope="module")
 def tables():
-    from rivumi_analysis.report import load_tables
+    from rivumi_analysis.viz.report import load_tables
 
     return load_tables([EXAMPLE])
 

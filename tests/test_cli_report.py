@@ -81,7 +81,7 @@ def test_unwritable_out_is_a_usage_error_without_traceback(tmp_path, command):
     locked.chmod(0o555)
     tmp_path.chmod(0o755)
     out = locked / ("r.html" if command == "report" else "ds")
-    code = ("import os,sys; from rivumi_analysis.cli import main; import rivumi_analysis.report;"
+    code = ("import os,sys; from rivumi_analysis.cli import main; import rivumi_analysis.viz.report;"
             "import rivumi_analysis.export;"
             "os.geteuid()==0 and (os.setgid(65534), os.setuid(65534));"
             f"sys.exit(main([{command!r}, {str(EXAMPLE_DIR)!r}, '--out', {str(out)!r}]))")
@@ -93,7 +93,7 @@ def test_unwritable_out_is_a_usage_error_without_traceback(tmp_path, command):
 
 
 def test_report_failure_leaves_no_temp_file(tmp_path, monkeypatch):
-    import rivumi_analysis.report as report
+    import rivumi_analysis.viz.report as report
 
     def boom(*a, **k):
         raise OSError("disk full")

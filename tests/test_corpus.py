@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 
 from rivumi_analysis import quarantine_df, runs_df, states_df
-from rivumi_analysis._snapshot import load_fleet
-from rivumi_analysis.corpus import generate_corpus
+from rivumi_analysis.read.snapshot import load_fleet
+from rivumi_analysis.synth.corpus import generate_corpus
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rivumi_analysis._crash import CutSpec, cut_run, describe_run_files
+from rivumi_analysis.synth.crash import CutSpec, cut_run, describe_run_files
 
 try:
     from rivumi_analysis.audit import audit_run
@@ -103,7 +103,7 @@ def test_torn_cut_is_byte_identical(tmp_path: Path) -> None:
 
 
 def test_unreached_cut_reports_files(tmp_path: Path) -> None:
-    from rivumi_analysis._crash import CrashHarnessError
+    from rivumi_analysis.synth.crash import CrashHarnessError
 
     with pytest.raises(CrashHarnessError, match="without reaching cut"):
         cut_run("no_changes", 0, "appended@9999", str(tmp_path), timeout=30)

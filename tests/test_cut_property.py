@@ -11,9 +11,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rivumi_analysis._snapshot import read_run
 from rivumi_analysis.errors import VERDICTS
-from rivumi_analysis.verdict import decide
+from rivumi_analysis.read.snapshot import read_run
+from rivumi_analysis.resume import decide
 from tests.conftest import SAMPLE_RUNS, dumps, example_events, running_manifest
 
 

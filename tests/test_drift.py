@@ -6,8 +6,8 @@ from pathlib import Path
 
 import polars as pl
 
-from rivumi_analysis.drift import DRIFT_FIELDS, EXPLANATIONS, drift_df
-from rivumi_analysis.reducer import fingerprint
+from rivumi_analysis.replay.reducer import fingerprint
+from rivumi_analysis.tables.drift import DRIFT_FIELDS, EXPLANATIONS, drift_df
 from tests.test_replay_helpers import Log, manifest, stamp, write_run
 
 EXAMPLE = Path(__file__).resolve().parent / "fixtures/example/a66038f97f204cb3aaa96339f195c37e"

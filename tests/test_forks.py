@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rivumi_analysis.forks import forks_df
+from rivumi_analysis.tables.forks import forks_df
 from tests.test_replay_helpers import Log, manifest, write_run
 
 

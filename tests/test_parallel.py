@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import rivumi_analysis._cache as C
-import rivumi_analysis._decode as D
+import rivumi_analysis.read.cache as C
+import rivumi_analysis.read.decode as D
 from rivumi_analysis.audit import audit
 
 FIXTURES = Path(__file__).parent / "fixtures"

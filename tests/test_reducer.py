@@ -8,8 +8,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rivumi_analysis import reducer
-from rivumi_analysis.reducer import (
+from rivumi_analysis.replay import reducer
+from rivumi_analysis.replay.reducer import (
     Limits,
     ReducerEvent,
     apply_event,

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rivumi_analysis import replay
 from rivumi_analysis.errors import ReplayRefused
+from rivumi_analysis.replay import runner as replay
 
 SPEC = Path(__file__).resolve().parent / "fixtures"  # copies of ../shared/spec (see fixtures/README.md)
 EXAMPLE = SPEC / "example" / "a66038f97f204cb3aaa96339f195c37e"

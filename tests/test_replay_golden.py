@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rivumi_analysis import replay
+from rivumi_analysis.replay import runner as replay
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_RUNS = ROOT / "sample_runs"

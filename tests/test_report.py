@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rivumi_analysis.cli import cmd_report
-from rivumi_analysis.report import CHART_SECTIONS, load_tables, render_html
+from rivumi_analysis.viz.report import CHART_SECTIONS, load_tables, render_html
 
 from .conftest import EXAMPLE_DIR, EXAMPLE_ID
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rivumi_analysis.report import CHART_SECTIONS, write_report
+from rivumi_analysis.viz.report import CHART_SECTIONS, write_report
 
 pytestmark = pytest.mark.browser
 
@@ -29,7 +29,7 @@ def _corpus(tmp: Path) -> list[str]:
     sample = ROOT / "sample_runs"
     if sample.is_dir() and any(p.is_dir() for p in sample.iterdir()):
         return [str(sample)]
-    from rivumi_analysis.scenarios import CATALOG, run_script
+    from rivumi_analysis.synth.scenarios import CATALOG, run_script
 
     out = tmp / "runs"
     out.mkdir()

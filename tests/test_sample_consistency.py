@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from rivumi_analysis import runs_df, states_df
-from rivumi_analysis._snapshot import load_fleet
+from rivumi_analysis.read.snapshot import load_fleet
 
 from .conftest import SAMPLE_RUNS
 

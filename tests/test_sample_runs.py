@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rivumi_analysis.scenarios import CATALOG, SAMPLE_PLAN, generate_sample_runs
+from rivumi_analysis.synth.scenarios import CATALOG, SAMPLE_PLAN, generate_sample_runs
 
 ROOT = Path(__file__).resolve().parents[1] / "sample_runs"
 
@@ -32,7 +32,7 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_regeneration_is_byte_identical(regenerated: Path) -> None:
-    assert ROOT.is_dir(), "run: python -m rivumi_analysis.scenarios --out sample_runs"
+    assert ROOT.is_dir(), "run: python -m rivumi_analysis.synth.scenarios --out sample_runs"
     committed, fresh = _tree(ROOT), _tree(regenerated)
     assert sorted(committed) == sorted(fresh)
     differing = [k for k in committed if committed[k] != fresh[k]]

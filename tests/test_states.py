@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rivumi_analysis.errors import QuarantineError
-from rivumi_analysis.reducer import events_from_bytes, iter_transitions, state_row
+from rivumi_analysis.replay.reducer import events_from_bytes, iter_transitions, state_row
 from rivumi_analysis.schemas import StatesSchema
-from rivumi_analysis.states import STATE_COLUMNS, states_df
+from rivumi_analysis.tables.states import STATE_COLUMNS, states_df
 from tests.test_replay_helpers import Log, manifest, write_run
 
 EXAMPLE = Path(__file__).resolve().parent / "fixtures/example/a66038f97f204cb3aaa96339f195c37e"
@@ -97,7 +97,7 @@ def test_states_df_on_byte_cuts_of_the_example(cut):
 
 def test_batched_reading_equals_one_pass(monkeypatch):
     """states_df reads and reduces runs in batches; the batch size never changes the table."""
-    from rivumi_analysis import states as states_mod
+    from rivumi_analysis.tables import states as states_mod
     from tests.conftest import SAMPLE_RUNS
 
     monkeypatch.setattr(states_mod, "STATES_BATCH_RUNS", 10_000)

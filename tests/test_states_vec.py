@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rivumi_analysis import states as states_mod
-from rivumi_analysis._snapshot import load_fleet, read_run
-from rivumi_analysis._states_vec import NotVectorizable, fallback_reasons
-from rivumi_analysis.states import states_df
+from rivumi_analysis.read.snapshot import load_fleet, read_run
+from rivumi_analysis.replay.vectorised import NotVectorizable, fallback_reasons
+from rivumi_analysis.tables import states as states_mod
+from rivumi_analysis.tables.states import states_df
 from tests.test_replay_helpers import RUN_ID, Log, manifest, stamp, write_run
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,8 +7,8 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rivumi_analysis.scenarios import CATALOG, get_script, run_script
-from rivumi_analysis.writer import (
+from rivumi_analysis.synth.scenarios import CATALOG, get_script, run_script
+from rivumi_analysis.synth.writer import (
     Ids,
     RunWriter,
     VirtualClock,
@@ -151,7 +151,7 @@ def test_every_scenario_is_deterministic(tmp_path: Path) -> None:
 
 
 def test_corpus_fast_mode_runs_are_consistent(tmp_path: Path) -> None:
-    from rivumi_analysis.corpus import generate_corpus, generate_single_log
+    from rivumi_analysis.synth.corpus import generate_corpus, generate_single_log
 
     total = generate_corpus(str(tmp_path / "c"), runs=12, target_mb=1.2, workers=1)
     assert 0.6e6 < total < 2.5e6

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rivumi_analysis.scenarios import example_script, run_script
-from rivumi_analysis.writer import action_fingerprint, dumps_compact
+from rivumi_analysis.synth.scenarios import example_script, run_script
+from rivumi_analysis.synth.writer import action_fingerprint, dumps_compact
 
 _ID = "a66038f97f204cb3aaa96339f195c37e"
 # shared/ sits beside the clone (locally and in CI); the lead's fixture copy is the fallback.

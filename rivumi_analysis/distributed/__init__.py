@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover
 from ..audit import AuditResult, error_record
+from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover
 from ._chunks import DEFAULT_RUNS_PER_TASK, Chunk, chunk_key, make_chunks
 
 __all__ = ["ENGINES", "Chunk", "ChunkBar", "ChunkFailure", "EngineSummary", "RayAuditResult", "audit",

@@ -71,7 +71,7 @@ def make_chunks(locations: Sequence[Any], runs_per_task: int = DEFAULT_RUNS_PER_
     ``base`` (default: the working directory when some ``run_dir`` is relative) travels with
     each chunk so that workers with another working directory read the same runs.
 
-    >>> from rivumi_analysis._discovery import RunLocation
+    >>> from rivumi_analysis.read.discovery import RunLocation
     >>> cs = make_chunks([RunLocation("/r/b"), RunLocation("/r/a"), RunLocation("/r/c")], 2)
     >>> [c.run_dirs for c in cs]
     [('/r/a', '/r/b'), ('/r/c',)]

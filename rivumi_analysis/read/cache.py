@@ -1,4 +1,9 @@
-"""Incremental audit cache: one consolidated SQLite file outside the sources.
+"""Incremental record cache and process pool: one consolidated SQLite file outside the sources.
+
+Generic over what a record is: the caller (:func:`rivumi_analysis.audit.audit`) passes a
+:class:`Recorder` (how to turn a :class:`~rivumi_analysis.read.snapshot.RunData` into a
+JSON-ready record, the record of a run that failed, which records may be cached, and the
+record schema version), so this module sits below the audit and imports nothing above ``read``.
 
 A run's cached audit record is reused only when its *fingerprint* is unchanged. The
 fingerprint covers everything that can change the record:
@@ -34,13 +39,13 @@ import pickle
 import sqlite3
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from ._version import __version__
+from .._version import __version__
 
 CACHE_FORMAT = 1
 """Layout of the cache file (bump when the stored rows change shape)."""
@@ -72,28 +77,29 @@ def default_cache_dir(environ: dict[str, str] | None = None) -> str:
     return os.path.join(base, "rivumi-analysis")
 
 
-_CODE_FP: str | None = None
+_CODE_FP: tuple[int | str, str] | None = None  # (schema version, fingerprint)
 
 
-def code_fingerprint() -> str:
-    """Toolkit version, schema versions and the identity of the package's source files."""
+def code_fingerprint(schema_version: int | str) -> str:
+    """Toolkit version, schema versions and the identity of the package's source files.
+
+    Every ``.py`` and ``.json`` file of the package, in every subpackage, counts.
+    """
     global _CODE_FP
-    if _CODE_FP is None:
-        from .audit import SCHEMA_VERSION
-
-        pkg = os.path.dirname(os.path.abspath(__file__))
+    if _CODE_FP is None or _CODE_FP[0] != schema_version:
+        # this file is rivumi_analysis/read/cache.py: walk the whole package
+        pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         h = hashlib.blake2b(digest_size=16)
-        h.update(f"{__version__}|{SCHEMA_VERSION}|{TABLE_SCHEMA_VERSION}|{CACHE_FORMAT}".encode())
-        for name in sorted(os.listdir(pkg)):
-            if name.endswith((".py", ".json")) or name == "data":
-                p = os.path.join(pkg, name)
-                paths = ([os.path.join(p, n) for n in sorted(os.listdir(p))]
-                         if os.path.isdir(p) else [p])
-                for q in paths:
+        h.update(f"{__version__}|{schema_version}|{TABLE_SCHEMA_VERSION}|{CACHE_FORMAT}".encode())
+        for dirpath, dirnames, files in os.walk(pkg):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith((".py", ".json")):
+                    q = os.path.join(dirpath, name)
                     st = os.stat(q)
                     h.update(f"{q}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-        _CODE_FP = h.hexdigest()
-    return _CODE_FP
+        _CODE_FP = (schema_version, h.hexdigest())
+    return _CODE_FP[1]
 
 
 TABLE_SCHEMA_VERSION = 1
@@ -104,7 +110,7 @@ TABLE_SCHEMA_VERSION = 1
 
 def proc_locked_keys() -> frozenset[str]:
     """``major:minor:inode`` of every file lock held on this machine (read once per audit)."""
-    from ._snapshot import _proc_locked_inodes
+    from .snapshot import _proc_locked_inodes
 
     return frozenset(_proc_locked_inodes() or ())
 
@@ -149,7 +155,7 @@ def fingerprint(run_dir: str, held_keys: frozenset[str]) -> Fingerprint | None:
             if name == "events.jsonl" and stat.S_ISREG(st.st_mode):
                 events_identity = (st.st_ino, st.st_dev)
             elif name == ".writer.lock" and stat.S_ISREG(st.st_mode):
-                from ._snapshot import _lock_key
+                from .snapshot import _lock_key
 
                 parts.append(["lock", _read_small(name, dfd),
                               _lock_key(st.st_dev, st.st_ino) in held_keys])
@@ -196,7 +202,7 @@ class EventsPrefix:
                 and _digest(memoryview(data)[:n]) == self.digest)
 
     def restore(self, data: bytes) -> tuple[list[Any], list[Any]]:
-        from ._snapshot import Line
+        from .snapshot import Line
 
         lines = [Line(ln.line_no, ln.byte_offset, ln.byte_length,
                       data[ln.byte_offset:ln.byte_offset + ln.byte_length], ln.has_newline,
@@ -211,7 +217,7 @@ def _digest(data: bytes | memoryview) -> bytes:
 def make_prefix(data: bytes, lines: list[Any], events: list[Any],
                 identity: tuple[int, int]) -> EventsPrefix | None:
     """The prefix of complete lines of ``data`` with their decoded state, or None."""
-    from ._snapshot import Line
+    from .snapshot import Line
 
     n = data.rfind(b"\n") + 1
     if n <= 0 or n > PREFIX_MAX_BYTES:
@@ -234,10 +240,11 @@ class Entry:
 class AuditCache:
     """The consolidated cache file. Every failure degrades to a miss, never to an error."""
 
-    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, directory: str | os.PathLike[str] | None = None, *,
+                 schema_version: int | str) -> None:
         self.directory = os.fspath(directory) if directory is not None else default_cache_dir()
         self.path = os.path.join(self.directory, f"audit-cache-v{CACHE_FORMAT}.sqlite")
-        self.code = code_fingerprint()
+        self.code = code_fingerprint(schema_version)
         self._db: sqlite3.Connection | None = None
 
     def _connect(self) -> sqlite3.Connection | None:
@@ -346,6 +353,24 @@ def decode_prefix(blob: bytes | None, identity: tuple[int, int] | None) -> Event
 # --- one run, in a worker or in-process --------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
+class Recorder:
+    """What a record is, supplied by the layer that owns it (module-level functions, so it
+    pickles into worker processes by reference).
+
+    Attributes:
+        compute: the record of a run that was read.
+        on_error: the record of a run the toolkit failed on (never raises).
+        cacheable: whether a computed record may be stored.
+        schema_version: the record schema version (part of the cache's code fingerprint).
+    """
+
+    compute: Callable[[Any], dict[str, Any]]
+    on_error: Callable[[Any, BaseException], dict[str, Any]]
+    cacheable: Callable[[dict[str, Any]], bool]
+    schema_version: int | str
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """One run to audit, with what the cache knows about it."""
 
@@ -357,11 +382,11 @@ class Job:
     prefix: bytes | None = None     # pickled EventsPrefix from the cache (may not apply)
 
 
-def audit_job(job: Job, held_keys: frozenset[str]) -> tuple[dict[str, Any], tuple | None]:
+def audit_job(job: Job, held_keys: frozenset[str],
+              recorder: Recorder) -> tuple[dict[str, Any], tuple | None]:
     """Audit one run; return its record and the cache row to store (or None)."""
-    from ._discovery import RunLocation
-    from ._snapshot import read_run
-    from .audit import error_record, record_from_run
+    from .discovery import RunLocation
+    from .snapshot import read_run
 
     loc = RunLocation(job.run_dir, job.is_subagent, job.parent_run_dir)
     decoded: list[Any] = []
@@ -371,10 +396,10 @@ def audit_job(job: Job, held_keys: frozenset[str]) -> tuple[dict[str, Any], tupl
         run = read_run(job.run_dir, is_subagent=job.is_subagent,
                        parent_run_dir=job.parent_run_dir, events_prefix=prefix,
                        decoded_out=decoded if job.key is not None else None)
-        record = record_from_run(run)
+        record = recorder.compute(run)
     except Exception as exc:  # one bad run must not stop a fleet audit
-        return error_record(loc, exc), None
-    if job.key is None or job.fp is None or record.get("verdict") == "error":
+        return recorder.on_error(loc, exc), None
+    if job.key is None or job.fp is None or not recorder.cacheable(record):
         return record, None
     if run.live_changed or run.writer_active:
         return record, None
@@ -406,14 +431,15 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _chunk_worker(jobs: list[Job], held_keys: frozenset[str]) -> list[tuple[dict, tuple | None]]:
+def _chunk_worker(jobs: list[Job], held_keys: frozenset[str],
+                  recorder: Recorder) -> list[tuple[dict, tuple | None]]:
     import gc
 
     out = []
     for job in jobs:
         gc.disable()  # parsing builds many containers and no cycles: skip the collector
         try:
-            out.append(audit_job(job, held_keys))
+            out.append(audit_job(job, held_keys, recorder))
         finally:
             gc.enable()
     return out
@@ -430,8 +456,8 @@ def _pool_context() -> Any:
                           else "spawn")
 
 
-def run_fleet(locations: list[Any], *, jobs: int | None, cache: AuditCache | None,
-              progress: Any = None) -> list[dict[str, Any]]:
+def run_fleet(locations: list[Any], *, recorder: Recorder, jobs: int | None,
+              cache: AuditCache | None, progress: Any = None) -> list[dict[str, Any]]:
     """Audit every location: cache hits are reused, misses are read (in a pool when large)."""
     held = proc_locked_keys() if cache is not None else frozenset()
     records: list[dict[str, Any] | None] = [None] * len(locations)
@@ -468,7 +494,7 @@ def run_fleet(locations: list[Any], *, jobs: int | None, cache: AuditCache | Non
         size = max(4, min(64, len(todo) // (n_jobs * 8)))
         chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
         with ProcessPoolExecutor(max_workers=n_jobs, mp_context=_pool_context()) as ex:
-            futs = [(chunk, ex.submit(_chunk_worker, [j for _i, j in chunk], held))
+            futs = [(chunk, ex.submit(_chunk_worker, [j for _i, j in chunk], held, recorder))
                     for chunk in chunks]
             for chunk, fut in futs:
                 for (i, _job), (rec, row) in zip(chunk, fut.result(), strict=True):
@@ -479,7 +505,7 @@ def run_fleet(locations: list[Any], *, jobs: int | None, cache: AuditCache | Non
                     progress(len(chunk))
     else:
         for i, job in todo:
-            rec, row = _chunk_worker([job], held)[0]
+            rec, row = _chunk_worker([job], held, recorder)[0]
             records[i] = rec
             if row is not None:
                 to_store.append(row)

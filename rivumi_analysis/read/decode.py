@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from ._models import DATETIME_ADAPTER, SEQUENCE_ADAPTER, RunEvent
+from .models import DATETIME_ADAPTER, SEQUENCE_ADAPTER, RunEvent
 
 BOM = b"\xef\xbb\xbf"
 REPLAY_LINE_LIMIT = 131_072

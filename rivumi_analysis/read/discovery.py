@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import SourceError
+from ..errors import SourceError
 
 RUN_MARKERS = ("session.json", "events.jsonl", "request.json", "checkpoint.json", "result.json")
 """A folder holding any of these (as any kind of entry) is a run directory."""

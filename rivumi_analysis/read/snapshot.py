@@ -20,9 +20,9 @@ from typing import Any
 
 import msgspec
 
-from ._decode import _may_split, decode_line, native_envelope_warnings, parse_created_at
-from ._discovery import DEFAULT_MAX_DEPTH, RunLocation, Skipped, Source, discover
-from ._io import (
+from .decode import _may_split, decode_line, native_envelope_warnings, parse_created_at
+from .discovery import DEFAULT_MAX_DEPTH, RunLocation, Skipped, Source, discover
+from .io import (
     RUNNER_FILE_LIMIT,
     FileRead,
     PhysicalLine,
@@ -285,7 +285,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     A live run is re-read until ``session.json`` and ``events.jsonl`` were not replaced
     while being read (bounded attempts; ``live_changed`` when no stable snapshot was had).
 
-    ``events_prefix`` (the incremental cache, ``_cache.EventsPrefix``) supplies the decoded
+    ``events_prefix`` (the incremental cache, ``read.cache.EventsPrefix``) supplies the decoded
     complete lines of an already-read prefix; it is used only when ``events_prefix.matches``
     the bytes just read. ``decoded_out``, when given, receives ``(lines, events)`` as decoded
     (before the kind-dependent warnings), for the cache to store.

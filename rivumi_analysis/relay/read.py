@@ -22,8 +22,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._io import read_file, split_physical_lines
 from ..errors import RELAY_ENTRY_TYPES
+from ..read.io import read_file, split_physical_lines
 
 SAFE_INT = 2**53 - 1
 ATTEMPT_MAX = 2**32 - 1

@@ -22,7 +22,6 @@ from typing import Any
 
 import polars as pl
 
-from .._frames import frame
 from ..errors import RelayQuarantineError
 from ..schemas import (
     RelayAttemptsSchema,
@@ -34,6 +33,7 @@ from ..schemas import (
     RelayQuarantineSchema,
     RelayViolationsSchema,
 )
+from ..tables._common import frame
 from .read import Journal, load_journals
 from .rules import Fold, fold_journal
 

@@ -2,7 +2,7 @@
 
 Replaying a whole log (§7) re-parses every line. For the clean logs that make up almost every
 fleet, what the loader already knows proves replay's answer; anything it cannot prove is
-decided by the exact engine (:func:`rivumi_analysis.replay.replay_verdict`), so the answer is
+decided by the exact engine (:func:`rivumi_analysis.replay.runner.replay_verdict`), so the answer is
 always the runner's.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from ._snapshot import RunData
-from .replay import MAX_EVENTS, replay_verdict
+from ..read.snapshot import RunData
+from .runner import MAX_EVENTS, replay_verdict
 
 _PRINTABLE = re.compile(r"[!-~]+")
 
@@ -70,7 +70,7 @@ def replay_accepts_fast(run: RunData, envelope_ok: bool) -> bool:
 def run_replay_verdict(run: RunData) -> tuple[bool, str | None]:
     """``(replay_accepts, replay_error)`` for a loaded run: the proof, else the exact engine.
 
-    >>> from rivumi_analysis._snapshot import read_run
+    >>> from rivumi_analysis.read.snapshot import read_run
     >>> run_replay_verdict(read_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e"))
     (True, None)
     """

@@ -625,7 +625,7 @@ def events_from_bytes(data: bytes) -> list[ReducerEvent]:
 def events_from_run(run: Any) -> list[ReducerEvent]:
     """Reducer events from a ``RunData`` (its accepted events, in file order).
 
-    >>> from rivumi_analysis._snapshot import read_run
+    >>> from rivumi_analysis.read.snapshot import read_run
     >>> run = read_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e")
     >>> len(events_from_run(run))
     50

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from .errors import ReplayRefused
+from ..errors import ReplayRefused
 
 __all__ = [
     "MAX_LINE_BYTES",

@@ -1,7 +1,7 @@
 """Vectorised engine for ``states_df``: the reference reducer's state table, per run, from
 polars expressions over one events frame.
 
-The reference (:mod:`rivumi_analysis.reducer`) folds immutable states event by event. Most of
+The reference (:mod:`rivumi_analysis.replay.reducer`) folds immutable states event by event. Most of
 its state is a prefix aggregate, so here it becomes window expressions partitioned by run:
 
 * counters (model/tool calls, continuation/resume counts): ``cum_sum`` of indicators;
@@ -18,7 +18,7 @@ its state is a prefix aggregate, so here it becomes window expressions partition
 
 Two small parts stay sequential, over the few events that touch them only (not per row): the
 repeat guard (§8.1: it needs the sha256 fingerprint of each requested call, computed with the
-reducer's own :func:`~rivumi_analysis.reducer.fingerprint`) and open approvals (request ids and
+reducer's own :func:`~rivumi_analysis.replay.reducer.fingerprint`) and open approvals (request ids and
 their waits). Their per-event results are then forward filled by polars.
 
 A run whose log the vectorised path cannot express exactly falls back to the reference
@@ -36,7 +36,7 @@ reducer (``engine="auto"``), so the table always equals the reference. The reaso
 
 ``fork_accepted`` (does replay accept the whole log, §7.6) is proved cheaply from what the
 loader already established for a clean native log (see :func:`_replay_accepts_fast`); when the
-proof does not go through, the exact :func:`rivumi_analysis.replay.replay_verdict` decides.
+proof does not go through, the exact :func:`rivumi_analysis.replay.runner.replay_verdict` decides.
 """
 
 from __future__ import annotations
@@ -49,17 +49,69 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from ._replay_proof import replay_accepts_fast
-from ._snapshot import Event, RunData
+from ..read.snapshot import Event, RunData
+from .proof import replay_accepts_fast
 from .reducer import (
     REPEAT_TRIP,
     Limits,
     charge_waits_default,
     infer_generation,
 )
-from .replay import replay_verdict
+from .runner import replay_verdict
 
-__all__ = ["NotVectorizable", "fallback_reasons", "vector_states"]
+__all__ = ["STATE_COLUMNS", "NotVectorizable", "fallback_reasons", "vector_states"]
+
+UTC_US = pl.Datetime("us", "UTC")
+
+# Column order and polars dtypes of states_df (the pandera model mirrors this).
+STATE_COLUMNS: dict[str, pl.DataType] = {
+    "run_dir": pl.Utf8(),
+    "run_id": pl.Utf8(),
+    "kind": pl.Utf8(),
+    "line_no": pl.Int64(),
+    "sequence": pl.Int64(),
+    "event_type": pl.Utf8(),
+    "created_at": UTC_US,
+    "rejected": pl.Utf8(),
+    "step": pl.Int64(),
+    "model_requests": pl.Int64(),
+    "model_completions": pl.Int64(),
+    "model_failures": pl.Int64(),
+    "tool_requests": pl.Int64(),
+    "tool_starts": pl.Int64(),
+    "tool_completions": pl.Int64(),
+    "input_tokens": pl.Int64(),
+    "output_tokens": pl.Int64(),
+    "cached_input_tokens": pl.Int64(),
+    "reasoning_tokens": pl.Int64(),
+    "provider_total_tokens": pl.Int64(),
+    "total_tokens": pl.Int64(),
+    "primary_total_tokens": pl.Int64(),
+    "reviewer_total_tokens": pl.Int64(),
+    "last_action_fingerprint": pl.Utf8(),
+    "repeat_count": pl.Int64(),
+    "repeat_trip_distance": pl.Int64(),
+    "fingerprint_unknown": pl.Boolean(),
+    "unlogged_guard_calls": pl.Int64(),
+    "side_effects_in_flight": pl.Int64(),
+    "open_approvals": pl.Int64(),
+    "phase": pl.Utf8(),
+    "terminal": pl.Boolean(),
+    "terminal_reason": pl.Utf8(),
+    "continuation_index": pl.Int64(),
+    "resume_count": pl.Int64(),
+    "wall_elapsed_seconds": pl.Float64(),
+    "approval_wait_seconds": pl.Float64(),
+    "resume_downtime_seconds": pl.Float64(),
+    "charged_wall_seconds": pl.Float64(),
+    "steps_remaining": pl.Int64(),
+    "wall_time_remaining_seconds": pl.Float64(),
+    "tokens_remaining": pl.Int64(),
+    "fork_safe": pl.Boolean(),
+    "fork_accepted": pl.Boolean(),
+    "runner_generation": pl.Utf8(),
+    "charge_approval_waits": pl.Boolean(),
+}
 
 _UNKNOWN_TOOL_PREFIX = "Unknown tool"
 _TERMINAL = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
@@ -79,9 +131,9 @@ _CANON = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", "
 
 
 def fingerprint(name: Any, arguments: Any) -> str:
-    """:func:`rivumi_analysis.reducer.fingerprint`, without re-creating the encoder per call.
+    """:func:`rivumi_analysis.replay.reducer.fingerprint`, without re-creating the encoder per call.
 
-    >>> from rivumi_analysis import reducer
+    >>> from rivumi_analysis.replay import reducer
     >>> fingerprint("run_check", {"name": "é"}) == reducer.fingerprint("run_check", {"name": "é"})
     True
     """
@@ -248,7 +300,7 @@ def _in_flight(df: pl.DataFrame, key: str, kind: str) -> pl.Series:
 def fallback_reasons(runs: Sequence[RunData]) -> dict[str, str]:
     """``run_dir -> reason`` for the runs the vectorised path hands to the reference reducer.
 
-    >>> from rivumi_analysis._snapshot import read_run
+    >>> from rivumi_analysis.read.snapshot import read_run
     >>> fallback_reasons([read_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e")])
     {}
     """
@@ -269,8 +321,6 @@ def vector_states(runs: Sequence[RunData], *,
 
 
 def _compute(runs: list[RunData], charge: bool | None) -> tuple[pl.DataFrame, dict[int, str]]:
-    from .states import STATE_COLUMNS
-
     # ---- envelope columns (one flat list of events; no per-event objects are created)
     evs: list[Event] = [e for r in runs for e in r.events]
     lengths = [len(r.events) for r in runs]

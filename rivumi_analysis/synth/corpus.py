@@ -6,8 +6,8 @@ is deterministic for a given seed and is not committed.
 
 Examples::
 
-    python -m rivumi_analysis.corpus --runs 2000 --target-mb 200 --out /tmp/corpus
-    python -m rivumi_analysis.corpus --single-log-mb 200 --out /tmp/biglog
+    python -m rivumi_analysis.synth.corpus --runs 2000 --target-mb 200 --out /tmp/corpus
+    python -m rivumi_analysis.synth.corpus --single-log-mb 200 --out /tmp/biglog
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from rivumi_analysis.scenarios import Build, Driver, ScriptStop
-from rivumi_analysis.writer import Ids, VirtualClock, write_fork_run
+from rivumi_analysis.synth.scenarios import Build, Driver, ScriptStop
+from rivumi_analysis.synth.writer import Ids, VirtualClock, write_fork_run
 
 __all__ = ["corpus_run_ops", "generate_corpus", "generate_single_log"]
 
@@ -273,7 +273,7 @@ def _fork(out: str, source: str, rng: random.Random, b: Build) -> int:
 
 
 def _start(b: Build) -> str:
-    from rivumi_analysis.writer import fmt_ts
+    from rivumi_analysis.synth.writer import fmt_ts
 
     return fmt_ts(b.start)
 
@@ -329,7 +329,7 @@ def generate_single_log(out: str, *, log_mb: float, seed: int = 0,
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point."""
-    ap = argparse.ArgumentParser(prog="python -m rivumi_analysis.corpus",
+    ap = argparse.ArgumentParser(prog="python -m rivumi_analysis.synth.corpus",
                                  description="Generate a benchmark corpus (not committed).")
     ap.add_argument("--out", required=True, help="output folder (wiped first)")
     ap.add_argument("--runs", type=int, default=2000)

@@ -1,6 +1,7 @@
 """Crash cuts from real kills: run the writer in a child process and SIGKILL it at a cut point.
 
-The child (``python -m rivumi_analysis._crash child ...``) runs a scenario script with a hook
+The child (``python -m rivumi_analysis.synth.crash_child ...``, kept in its own module so this one
+never imports the scenarios that import it) runs a scenario script with a hook
 on every protocol point of the writer. When the hook reaches the requested cut it writes one
 line (``CUT <run_dir>``) to its stdout pipe and blocks reading stdin; the parent then sends
 ``SIGKILL``. The child never writes anything after signalling, so the cut is exact. If the
@@ -33,7 +34,8 @@ from typing import Any
 
 __all__ = ["CrashHarnessError", "CutResult", "CutSpec", "cut_run", "describe_run_files"]
 
-_PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the folder holding the rivumi_analysis package (this file is rivumi_analysis/synth/crash.py)
+_PKG_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclass(frozen=True)
@@ -98,45 +100,6 @@ def describe_run_files(root: str) -> str:
     return "\n".join(out) or f"(no files under {root})"
 
 
-# --------------------------------------------------------------------------- child side
-
-def _child(scenario: str, seed: int, out_root: str, cut: str) -> int:
-    from rivumi_analysis.scenarios import Driver, get_script
-
-    spec = CutSpec.parse(cut)
-    script = get_script(scenario, seed)
-    if spec.point == "torn":
-        if spec.sequence is None:
-            raise SystemExit("torn cuts need a sequence selector")
-        script = {**script, "faults": {**script.get("faults", {}), "torn_at": spec.sequence}}
-    seen = 0
-    drv: Driver | None = None
-
-    def hook(point: str, seq: int | None, event_type: str | None) -> None:
-        nonlocal seen
-        if point != spec.point:
-            return
-        if spec.sequence is not None and seq != spec.sequence:
-            return
-        if spec.event_type is not None and event_type != spec.event_type:
-            return
-        seen += 1
-        if seen != spec.occurrence:
-            return
-        assert drv is not None
-        sys.stdout.write(f"CUT {drv.run_dir}\n")
-        sys.stdout.flush()
-        # Wait for the SIGKILL. EOF means the parent is gone: stop without writing more.
-        sys.stdin.read()
-        os._exit(3)
-
-    drv = Driver(out_root, script, hook=hook)
-    drv.run()
-    sys.stdout.write(f"END {drv.run_dir}\n")
-    sys.stdout.flush()
-    return 1
-
-
 # --------------------------------------------------------------------------- parent side
 
 def cut_run(scenario: str, seed: int, cut: str, out_root: str, *,
@@ -160,7 +123,7 @@ def cut_run(scenario: str, seed: int, cut: str, out_root: str, *,
     env = dict(os.environ)
     env["PYTHONPATH"] = _PKG_PARENT + (os.pathsep + env["PYTHONPATH"]
                                        if env.get("PYTHONPATH") else "")
-    cmd = [sys.executable, "-m", "rivumi_analysis._crash", "child", "--scenario", scenario,
+    cmd = [sys.executable, "-m", "rivumi_analysis.synth.crash_child", "--scenario", scenario,
            "--seed", str(seed), "--out", out_root, "--cut", cut]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env)
@@ -201,18 +164,15 @@ def cut_run(scenario: str, seed: int, cut: str, out_root: str, *,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: ``child`` (internal) and ``cut`` (run one cut and print the run directory)."""
-    ap = argparse.ArgumentParser(prog="python -m rivumi_analysis._crash")
+    """CLI: ``cut`` (run one cut and print the run directory)."""
+    ap = argparse.ArgumentParser(prog="python -m rivumi_analysis.synth.crash")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("child", "cut"):
-        p = sub.add_parser(name)
-        p.add_argument("--scenario", required=True)
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--out", required=True)
-        p.add_argument("--cut", required=True)
+    p = sub.add_parser("cut")
+    p.add_argument("--scenario", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    p.add_argument("--cut", required=True)
     args: Any = ap.parse_args(argv)
-    if args.cmd == "child":
-        return _child(args.scenario, args.seed, args.out, args.cut)
     res = cut_run(args.scenario, args.seed, args.cut, args.out)
     print(res.run_dir)
     return 0

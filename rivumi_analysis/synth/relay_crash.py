@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from .relayflowd import JournalWriter, agent_step, spec_of
+from .relayflowd import JournalWriter, agent_step, run_id_for, spec_of
 
 CUTS = ("append", "delivery", "effect", "ack")
 REQ, REP = "requests", "replies"
@@ -99,8 +99,6 @@ def _python(*args: str, **kw: object) -> subprocess.Popen[str]:
 def write_crash(directory: str, cut: str, *, run_id: str | None = None,
                 created_at_ms: int = 1788961144000) -> dict[str, str]:
     """Run the cut: ``{"kill": journal copied at the kill, "resumed": journal after resume}``."""
-    from .relay_scenarios import run_id_for
-
     if cut not in CUTS:
         raise ValueError(f"cut must be one of {CUTS}")
     rid = run_id or run_id_for(f"crash-{cut}")

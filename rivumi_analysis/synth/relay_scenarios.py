@@ -21,15 +21,17 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .relayflowd import JournalWriter, agent_step, dump_jsonl, envelopes, spec_of, ulid
+from .relayflowd import (
+    BASE_MS,
+    JournalWriter,
+    agent_step,
+    dump_jsonl,
+    envelopes,
+    run_id_for,
+    spec_of,
+)
 
-BASE_MS = 1788961144000
 REQ, REP = "requests", "replies"
-
-
-def run_id_for(name: str) -> str:
-    """The deterministic run id of a named scenario."""
-    return ulid(f"relay-scenario/{name}", BASE_MS)
 
 
 def _new(directory: str, name: str, *, file_name: str | None = None) -> JournalWriter:

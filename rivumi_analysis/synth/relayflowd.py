@@ -59,6 +59,15 @@ def ulid(seed: str, at_ms: int) -> str:
     return "".join(CROCKFORD[(n >> (5 * i)) & 31] for i in range(25, -1, -1))
 
 
+BASE_MS = 1788961144000
+"""The scenarios' clock origin (ms since the epoch)."""
+
+
+def run_id_for(name: str) -> str:
+    """The deterministic run id of a named scenario (shared by the scenarios and crash cuts)."""
+    return ulid(f"relay-scenario/{name}", BASE_MS)
+
+
 def idempotency_key(run_id: str, step_id: str) -> str:
     """The attempt's idempotency key: derived from run and step, the same for every attempt."""
     return hashlib.sha256(f"{run_id}/{step_id}".encode()).hexdigest()

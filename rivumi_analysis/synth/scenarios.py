@@ -1,4 +1,4 @@
-"""Scenario scripts and the catalog of realistic runs that drive :mod:`rivumi_analysis.writer`.
+"""Scenario scripts and the catalog of realistic runs that drive :mod:`rivumi_analysis.synth.writer`.
 
 A *script* is a JSON-ready dict: ``{"name", "kind", "profile", "seed", "clock", "ops": [...]}``.
 Each op names what the runner did (``create``, ``model``, ``tool``, ``verify``, ``finish``, ...)
@@ -8,7 +8,7 @@ clock readings and ids (``pins``: ``[created_at, event_id]`` per event the op em
 
 Regenerate the committed sample runs (wipes and rewrites only that folder)::
 
-    python -m rivumi_analysis.scenarios --out sample_runs
+    python -m rivumi_analysis.synth.scenarios --out sample_runs
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
 
-from rivumi_analysis.writer import (
+from rivumi_analysis.synth.writer import (
     TOOL_EFFECTS,
     Faults,
     Hook,
@@ -374,7 +374,7 @@ class Driver:
         w.record_usage(full, lane="reviewer", provider=provider, model=model, cost=cost)
         with open(w.path("review.md"), "w", encoding="utf-8", newline="") as fh:
             fh.write(f"# Review\n\n{preview}\n")
-        from rivumi_analysis.writer import cost_out, usage_out
+        from rivumi_analysis.synth.writer import cost_out, usage_out
         w.emit("role_lane.completed", {"cost": cost_out(cost), "model": model,
                                        "preview": preview, "provider": provider,
                                        "role": "reviewer", "usage": usage_out(full)})
@@ -1317,7 +1317,7 @@ GROUPS: Mapping[str, str] = {
              "`not_resumable`) beside the source runs they were forked from.",
     "external": "External (Codex / Claude Code) runs: no session.json, default JSON separators, "
                 "backend-result.json (verdict `not_resumable`).",
-    "crashes": "Writers SIGKILLed at exact cut points (real kills, see _crash.py): `corrupt`, "
+    "crashes": "Writers SIGKILLed at exact cut points (real kills, see synth/crash.py): `corrupt`, "
                "`resync`, `resumable`, `side_effect_uncertain`, `terminal` + manifest_ahead, "
                "atomic-write leftovers.",
     "bad_input": "Fault injection in the writer: CRLF line ends, no final newline, UTF-8 BOM, "
@@ -1392,7 +1392,7 @@ CRASH_PLAN: tuple[tuple[str, str, int, str, str, str], ...] = (
 
 def generate_sample_runs(out: str) -> list[dict[str, Any]]:
     """Wipe ``out`` and write every sample run (plus README.md). Returns the index rows."""
-    from rivumi_analysis._crash import cut_run
+    from rivumi_analysis.synth.crash import cut_run
 
     out = os.path.abspath(out)
     if os.path.isdir(out):
@@ -1430,9 +1430,9 @@ def generate_sample_runs(out: str) -> list[dict[str, Any]]:
 def _write_readme(out: str, rows: list[dict[str, Any]]) -> None:
     lines = [
         "# sample_runs", "",
-        "Realistic Rivumi/Looplane run directories written by `rivumi_analysis.writer` "
+        "Realistic Rivumi/Looplane run directories written by `rivumi_analysis.synth.writer` "
         "(generated; do not edit by hand). Regenerate byte-identically with:", "",
-        "```", "python -m rivumi_analysis.scenarios --out sample_runs", "```", "",
+        "```", "python -m rivumi_analysis.synth.scenarios --out sample_runs", "```", "",
         "The command wipes and rewrites only this folder. `tests/test_sample_runs.py` "
         "regenerates into a temporary folder and compares every byte. Crash runs come from "
         "real SIGKILLs of a child writer at a named cut point; the virtual clock, temp-file "
@@ -1450,8 +1450,8 @@ def _write_readme(out: str, rows: list[dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rivumi_analysis.scenarios --out sample_runs`` (or ``--list``)."""
-    ap = argparse.ArgumentParser(prog="python -m rivumi_analysis.scenarios",
+    """``python -m rivumi_analysis.synth.scenarios --out sample_runs`` (or ``--list``)."""
+    ap = argparse.ArgumentParser(prog="python -m rivumi_analysis.synth.scenarios",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="folder to wipe and regenerate (e.g. sample_runs)")
     ap.add_argument("--list", action="store_true", help="list the scenario catalog")

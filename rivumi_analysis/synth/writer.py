@@ -2,7 +2,7 @@
 
 The writer produces run directories byte-compatible with what the runner writes, including the
 states a killed runner leaves behind. It mirrors the runner's persistence code, not its agent
-logic: callers (see :mod:`rivumi_analysis.scenarios`) decide *what* happens (model replies, tool
+logic: callers (see :mod:`rivumi_analysis.synth.scenarios`) decide *what* happens (model replies, tool
 results, approval decisions); the writer decides *how* it lands on disk and keeps the manifest
 up to date through its own state updates (step, messages, usage, repeat guard, approvals, wall
 clock, phase).
@@ -291,7 +291,7 @@ class Faults:
 
 
 Hook = Callable[[str, "int | None", "str | None"], None]
-"""Cut-point callback ``hook(point, sequence, event_type)`` (see :mod:`rivumi_analysis._crash`)."""
+"""Cut-point callback ``hook(point, sequence, event_type)`` (see :mod:`rivumi_analysis.synth.crash`)."""
 
 
 def _no_hook(point: str, seq: int | None, event_type: str | None) -> None:

@@ -2,12 +2,51 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import polars as pl
 
-from ._discovery import DEFAULT_MAX_DEPTH
-from ._frames import approvals_frame, load
+from ..read.discovery import DEFAULT_MAX_DEPTH
+from ..read.snapshot import RunData
+from ._common import _seconds, _str, frame, load
+
+
+def approvals_frame(runs: Iterable[RunData]) -> pl.DataFrame:
+    from ..schemas import ApprovalsSchema
+
+    rows = []
+    for run in runs:
+        reqs: dict[str, dict[str, Any]] = {}
+        for e in run.events:
+            if not e.event_type.startswith("approval."):
+                continue
+            d = e.data
+            rid = d.get("request_id")
+            if not isinstance(rid, str):
+                continue
+            row = reqs.get(rid)
+            if row is None:
+                row = reqs[rid] = {
+                    "run_dir": run.run_dir, "run_id": run.run_id, "request_id": rid,
+                    "action_id": _str(d.get("action_id")), "effect": _str(d.get("effect")),
+                    "reason": _str(d.get("reason")), "policy_reason": _str(d.get("policy_reason")),
+                    "outcome": "open", "decision": None, "requested_sequence": None,
+                    "closed_sequence": None, "requested_at": None, "closed_at": None,
+                }
+            if e.event_type == "approval.requested":
+                row["requested_sequence"], row["requested_at"] = e.sequence, e.created_at
+            elif e.event_type in ("approval.resolved", "approval.reused", "approval.abandoned"):
+                row["outcome"] = e.event_type.split(".", 1)[1]
+                row["closed_sequence"], row["closed_at"] = e.sequence, e.created_at
+                row["decision"] = (_str(d.get("decision")) if e.event_type == "approval.resolved"
+                                   else "allow_once" if e.event_type == "approval.reused" else None)
+                if row["policy_reason"] is None:
+                    row["policy_reason"] = _str(d.get("policy_reason"))
+        for row in reqs.values():
+            row["wait_seconds"] = _seconds(row["requested_at"], row["closed_at"])
+            rows.append(row)
+    return frame(rows, ApprovalsSchema)
 
 
 def approvals_df(source: Any = None, *, strict: bool = False,

@@ -28,9 +28,9 @@ from typing import Any
 
 import polars as pl
 
-from ._snapshot import RunData
-from .errors import SchemaValidationError
-from .reducer import REPEAT_TRIP, fingerprint
+from ..errors import SchemaValidationError
+from ..read.snapshot import RunData
+from ..replay.reducer import REPEAT_TRIP, fingerprint
 from .states import RunReplay, check_strict, load_runs, replay_run
 
 __all__ = ["DRIFT_FIELDS", "EXPLANATIONS", "WALL_TIME_TOLERANCE_SECONDS", "drift_df",
@@ -238,7 +238,7 @@ def drift_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
             continue
         rows.extend(drift_rows(replay_run(run, charge_approval_waits=charge_approval_waits)))
     df = pl.DataFrame(rows, schema=_SCHEMA)
-    from .schemas import DriftSchema
+    from ..schemas import DriftSchema
 
     try:
         return DriftSchema.validate(df)

@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from .errors import SchemaValidationError
+from ..errors import SchemaValidationError
 from .states import RunReplay, check_strict, load_runs, replay_run
 
 __all__ = ["forks_df"]
@@ -126,7 +126,7 @@ def forks_df(source: Any = None, *, strict: bool = False, max_depth: int = 8) ->
             rows.append(link)
         rows.extend(_candidates(rr))
     df = pl.DataFrame(rows, schema=_SCHEMA)
-    from .schemas import ForksSchema
+    from ..schemas import ForksSchema
 
     try:
         return ForksSchema.validate(df)

@@ -2,12 +2,56 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import polars as pl
 
-from ._discovery import DEFAULT_MAX_DEPTH
-from ._frames import load, model_calls_frame
+from ..read.discovery import DEFAULT_MAX_DEPTH
+from ..read.snapshot import RunData
+from ._common import _int, _seconds, _str, frame, load, usage_columns
+
+
+def model_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
+    from ..schemas import ModelCallsSchema
+
+    rows = []
+    for run in runs:
+        current: dict[str, Any] | None = None
+        first = len(rows)
+        for e in run.events:
+            d = e.data
+            if e.event_type == "model.requested":
+                current = {
+                    "run_dir": run.run_dir, "run_id": run.run_id, "step": _int(d.get("step")),
+                    "requested_sequence": e.sequence, "requested_at": e.created_at,
+                    "completed_sequence": None, "completed_at": None, "outcome": "incomplete",
+                    "finish_reason": None, "tool_calls": [], "retries": 0, "fallbacks": 0,
+                    "failure_kind": None, **usage_columns(None),
+                }
+                rows.append(current)
+            elif current is None:
+                continue
+            elif e.event_type == "model.retry":
+                current["retries"] += 1
+            elif e.event_type == "model.fallback":
+                current["fallbacks"] += 1
+            elif e.event_type in ("model.completed", "model.failed") and (
+                    current["completed_sequence"] is None):
+                current["completed_sequence"], current["completed_at"] = e.sequence, e.created_at
+                if e.event_type == "model.completed":
+                    current["outcome"] = "completed"
+                    current["finish_reason"] = _str(d.get("finish_reason"))
+                    tc = d.get("tool_calls")
+                    current["tool_calls"] = [t for t in tc if isinstance(t, str)] if isinstance(
+                        tc, list) else []
+                    current.update(usage_columns(d.get("usage")))
+                else:
+                    current["outcome"] = "failed"
+                    current["failure_kind"] = _str(d.get("kind"))
+        for row in rows[first:]:  # this run's rows only: linear in the fleet
+            row["duration_seconds"] = _seconds(row["requested_at"], row["completed_at"])
+    return frame(rows, ModelCallsSchema)
 
 
 def model_calls_df(source: Any = None, *, strict: bool = False,

@@ -6,8 +6,8 @@ from typing import Any
 
 import polars as pl
 
-from ._discovery import DEFAULT_MAX_DEPTH
-from ._frames import load, quarantine_frame
+from ..read.discovery import DEFAULT_MAX_DEPTH
+from ._common import load, quarantine_frame
 
 
 def quarantine_df(source: Any = None, *, strict: bool = False,

@@ -2,12 +2,52 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import polars as pl
 
-from ._discovery import DEFAULT_MAX_DEPTH
-from ._frames import load, runs_frame
+from ..read.discovery import DEFAULT_MAX_DEPTH
+from ..read.snapshot import RunData
+from ._common import _bool, _float, _int, _str, frame, load, usage_columns
+
+
+def runs_frame(runs: Iterable[RunData]) -> pl.DataFrame:
+    from ..audit import error_record, record_from_run
+    from ..read.discovery import RunLocation
+    from ..schemas import RunsSchema
+
+    rows = []
+    for run in runs:
+        try:
+            rec = record_from_run(run)
+        except Exception as exc:  # same contract as the audit: one run never stops the rest
+            rec = error_record(RunLocation(run.run_dir, run.is_subagent, run.parent_run_dir), exc)
+        m = run.manifest or {}
+        usage = usage_columns(m.get("usage")) if m else dict.fromkeys(
+            ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens",
+             "provider_total_tokens", "total_tokens"))
+        limits = (run.request or {}).get("limits") if isinstance(run.request, dict) else None
+        limits = limits if isinstance(limits, dict) else {}
+        result = run.result if isinstance(run.result, dict) else {}
+        times = [e.created_at for e in run.events if e.created_at is not None]
+        rec.update(
+            task_id=_str(m.get("task_id")), terminal=_bool(m.get("terminal")),
+            step=_int(m.get("step")), repeat_count=_int(m.get("repeat_count")),
+            last_action_fingerprint=_str(m.get("last_action_fingerprint")),
+            provider_name=_str(m.get("provider_name")), model_id=_str(m.get("model_id")),
+            active_wall_time_seconds=_float(m.get("active_wall_time_seconds")),
+            started_at=min(times) if times else None, ended_at=max(times) if times else None,
+            max_steps=_int(limits.get("max_steps")),
+            wall_time_seconds=_float(limits.get("wall_time_seconds")),
+            max_total_tokens=_int(limits.get("max_total_tokens")),
+            result_status=_str(result.get("status")),
+            result_terminal_reason=_str(result.get("terminal_reason")),
+            **usage,
+        )
+        rows.append(rec)
+    rows.sort(key=lambda r: r["run_dir"])
+    return frame(rows, RunsSchema)
 
 
 def runs_df(source: Any = None, *, strict: bool = False,

@@ -1,7 +1,7 @@
 """``states_df``: the state of every run after every accepted event, from the log alone.
 
 One row per accepted event (``RunData.events``), in file order, keyed by (``run_dir``,
-``line_no``), computed by the reference reducer (:mod:`rivumi_analysis.reducer`). Events the
+``line_no``), computed by the reference reducer (:mod:`rivumi_analysis.replay.reducer`). Events the
 reducer rejects (a second event with an already-seen sequence) keep their row, carry the
 reason in ``rejected`` and leave the state columns as they were before the event.
 
@@ -9,7 +9,7 @@ External runs (§9.8) are left out: their events are not native RunEvents, so st
 repeat-guard and approval state do not apply to them.
 
 ``charge_approval_waits``: None (default) infers the runner generation per run
-(:func:`rivumi_analysis.reducer.infer_generation`) and charges approval waits only for M4-era
+(:func:`rivumi_analysis.replay.reducer.infer_generation`) and charges approval waits only for M4-era
 runs, whose clock did not pause during approvals; True/False forces the rule for every run.
 """
 
@@ -21,11 +21,10 @@ from typing import Any
 
 import polars as pl
 
-from ._frames import check_strict, quarantine_frame  # noqa: F401  (re-exported)
-from ._replay_proof import run_replay_verdict
-from ._snapshot import RunData, gc_paused, runs_of, stream_runs
-from .errors import SchemaValidationError
-from .reducer import (
+from ..errors import SchemaValidationError
+from ..read.snapshot import RunData, gc_paused, runs_of, stream_runs
+from ..replay.proof import run_replay_verdict
+from ..replay.reducer import (
     Limits,
     RunState,
     Transition,
@@ -35,63 +34,12 @@ from .reducer import (
     iter_transitions,
     state_row,
 )
+from ..replay.vectorised import STATE_COLUMNS
+from ._common import check_strict, quarantine_frame  # noqa: F401  (re-exported)
 
 STATES_BATCH_RUNS = 256
 
 __all__ = ["RunReplay", "load_runs", "replay_run", "states_df", "STATE_COLUMNS"]
-
-UTC_US = pl.Datetime("us", "UTC")
-
-# Column order and polars dtypes of states_df (the pandera model mirrors this).
-STATE_COLUMNS: dict[str, pl.DataType] = {
-    "run_dir": pl.Utf8(),
-    "run_id": pl.Utf8(),
-    "kind": pl.Utf8(),
-    "line_no": pl.Int64(),
-    "sequence": pl.Int64(),
-    "event_type": pl.Utf8(),
-    "created_at": UTC_US,
-    "rejected": pl.Utf8(),
-    "step": pl.Int64(),
-    "model_requests": pl.Int64(),
-    "model_completions": pl.Int64(),
-    "model_failures": pl.Int64(),
-    "tool_requests": pl.Int64(),
-    "tool_starts": pl.Int64(),
-    "tool_completions": pl.Int64(),
-    "input_tokens": pl.Int64(),
-    "output_tokens": pl.Int64(),
-    "cached_input_tokens": pl.Int64(),
-    "reasoning_tokens": pl.Int64(),
-    "provider_total_tokens": pl.Int64(),
-    "total_tokens": pl.Int64(),
-    "primary_total_tokens": pl.Int64(),
-    "reviewer_total_tokens": pl.Int64(),
-    "last_action_fingerprint": pl.Utf8(),
-    "repeat_count": pl.Int64(),
-    "repeat_trip_distance": pl.Int64(),
-    "fingerprint_unknown": pl.Boolean(),
-    "unlogged_guard_calls": pl.Int64(),
-    "side_effects_in_flight": pl.Int64(),
-    "open_approvals": pl.Int64(),
-    "phase": pl.Utf8(),
-    "terminal": pl.Boolean(),
-    "terminal_reason": pl.Utf8(),
-    "continuation_index": pl.Int64(),
-    "resume_count": pl.Int64(),
-    "wall_elapsed_seconds": pl.Float64(),
-    "approval_wait_seconds": pl.Float64(),
-    "resume_downtime_seconds": pl.Float64(),
-    "charged_wall_seconds": pl.Float64(),
-    "steps_remaining": pl.Int64(),
-    "wall_time_remaining_seconds": pl.Float64(),
-    "tokens_remaining": pl.Int64(),
-    "fork_safe": pl.Boolean(),
-    "fork_accepted": pl.Boolean(),
-    "runner_generation": pl.Utf8(),
-    "charge_approval_waits": pl.Boolean(),
-}
-
 
 @dataclass(frozen=True, slots=True)
 class RunReplay:
@@ -117,7 +65,7 @@ def replay_run(run: RunData, *, charge_approval_waits: bool | None = None) -> Ru
     Returns:
         A :class:`RunReplay`.
 
-    >>> from rivumi_analysis._snapshot import read_run
+    >>> from rivumi_analysis.read.snapshot import read_run
     >>> rr = replay_run(read_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e"))
     >>> (rr.generation, rr.charge_approval_waits, rr.replay_accepts, rr.final.step)
     ('m4', True, True, 7)
@@ -134,7 +82,7 @@ def replay_run(run: RunData, *, charge_approval_waits: bool | None = None) -> Ru
 
 
 def load_runs(source: Any = None, *, max_depth: int = 8) -> list[RunData]:
-    """Runs for a loader (see :func:`rivumi_analysis._snapshot.runs_of`)."""
+    """Runs for a loader (see :func:`rivumi_analysis.read.snapshot.runs_of`)."""
     return runs_of(source, max_depth=max_depth)
 
 
@@ -170,7 +118,7 @@ def states_frame(replays: Iterable[RunReplay], *, validate: bool = True) -> pl.D
 
 
 def _validate(df: pl.DataFrame) -> pl.DataFrame:
-    from .schemas import StatesSchema
+    from ..schemas import StatesSchema
 
     try:
         return StatesSchema.validate(df)
@@ -193,11 +141,11 @@ def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
         max_depth: discovery depth limit.
         charge_approval_waits: §8.3 rule for charged wall time; None infers it per run (M4
             runners charged approval waits; current ones do not).
-        engine: ``"auto"`` (default): the vectorised engine (:mod:`._states_vec`), with the
+        engine: ``"auto"`` (default): the vectorised engine (:mod:`rivumi_analysis.replay.vectorised`), with the
             runs it cannot express exactly handed to the reference reducer, so the result
             always equals ``"reference"`` (the reducer alone, event by event);
             ``"vectorized"``: the vectorised engine only, raising
-            ``_states_vec.NotVectorizable`` for a run that would need the fallback.
+            ``replay.vectorised.NotVectorizable`` for a run that would need the fallback.
 
     Returns:
         A DataFrame validated by ``schemas.StatesSchema``, one row per accepted event.
@@ -234,7 +182,7 @@ def _states_of(native: list[RunData], charge_approval_waits: bool | None,
     if engine == "reference" or not native:
         return states_frame((replay_run(r, charge_approval_waits=charge_approval_waits)
                              for r in native), validate=False)
-    from ._states_vec import NotVectorizable, vector_states
+    from ..replay.vectorised import NotVectorizable, vector_states
 
     df, fallbacks = vector_states(native, charge_approval_waits=charge_approval_waits)
     if fallbacks and engine == "vectorized":

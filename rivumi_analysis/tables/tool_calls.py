@@ -2,12 +2,76 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import polars as pl
 
-from ._discovery import DEFAULT_MAX_DEPTH
-from ._frames import load, tool_calls_frame
+from ..read.discovery import DEFAULT_MAX_DEPTH
+from ..read.snapshot import RunData
+from ._common import _bool, _int, _seconds, _str, frame, load
+
+
+def tool_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
+    from ..schemas import ToolCallsSchema
+
+    rows = []
+    for run in runs:
+        calls: dict[str, dict[str, Any]] = {}
+        step = None
+        batch_ids: set[str] = set()
+        for e in run.events:
+            d = e.data
+            if e.event_type == "model.requested":
+                step = _int(d.get("step"))
+                continue
+            if e.event_type == "tool.batch_started":
+                ids = d.get("tool_call_ids")
+                batch_ids |= {i for i in ids if isinstance(i, str)} if isinstance(ids, list) else set()
+                continue
+            if not e.event_type.startswith("tool.") or not isinstance(d.get("tool_call_id"), str):
+                continue
+            tcid = d["tool_call_id"]
+            row = calls.get(tcid)
+            if row is None:
+                row = calls[tcid] = {
+                    "run_dir": run.run_dir, "run_id": run.run_id, "tool_call_id": tcid,
+                    "name": _str(d.get("name")), "effect": _str(d.get("effect")), "step": step,
+                    "requested_sequence": None, "started_sequence": None,
+                    "completed_sequence": None, "requested_at": None, "started_at": None,
+                    "completed_at": None, "ok": None, "error": None, "arguments_omitted": False,
+                }
+            if row["effect"] is None:
+                row["effect"] = _str(d.get("effect"))
+            if e.event_type == "tool.requested":
+                row["requested_sequence"], row["requested_at"] = e.sequence, e.created_at
+                args = d.get("arguments")
+                row["arguments_omitted"] = isinstance(args, dict) and args.get("omitted") is True
+            elif e.event_type == "tool.started":
+                row["started_sequence"], row["started_at"] = e.sequence, e.created_at
+            elif e.event_type == "tool.completed":
+                row["completed_sequence"], row["completed_at"] = e.sequence, e.created_at
+                row["ok"], row["error"] = _bool(d.get("ok")), _str(d.get("error"))
+        for row in calls.values():
+            row["executed"] = row["started_sequence"] is not None
+            row["in_batch"] = row["tool_call_id"] in batch_ids
+            row["duration_seconds"] = _seconds(row["started_at"], row["completed_at"])
+            row["outcome"] = _tool_outcome(row)
+            rows.append(row)
+    return frame(rows, ToolCallsSchema)
+
+
+def _tool_outcome(row: dict[str, Any]) -> str:
+    err = row["error"] or ""
+    if row["completed_sequence"] is None:
+        return "in_flight" if row["executed"] else "not_started"
+    if row["executed"]:
+        return "ok" if row["ok"] else "error"
+    if err.startswith("Unknown tool"):
+        return "unknown_tool"
+    if "denied" in err:
+        return "denied"
+    return "not_executed"
 
 
 def tool_calls_df(source: Any = None, *, strict: bool = False,

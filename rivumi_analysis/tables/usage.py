@@ -2,12 +2,66 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import polars as pl
 
-from ._discovery import DEFAULT_MAX_DEPTH
-from ._frames import load, usage_frame
+from ..read.discovery import DEFAULT_MAX_DEPTH
+from ..read.snapshot import RunData
+from ._common import _float, _str, frame, load, usage_columns
+
+
+def usage_frame(runs: Iterable[RunData]) -> pl.DataFrame:
+    from ..schemas import UsageSchema
+
+    rows = []
+    for run in runs:
+        m = run.manifest or {}
+        records = m.get("model_usage")
+        if isinstance(records, list) and records:
+            for i, r in enumerate(records):
+                if not isinstance(r, dict):
+                    continue
+                rows.append(_usage_row(run, i, "manifest.model_usage", _str(r.get("lane")) or "?",
+                                       _str(r.get("provider")), _str(r.get("model")),
+                                       r.get("usage"), r.get("cost")))
+            continue
+        provider = model = None
+        index = 0  # this run's row count (was a scan of every earlier row: quadratic)
+        for e in run.events:
+            if e.event_type in ("run.created", "session.resumed", "session.continued"):
+                provider, model = _str(e.data.get("provider")), _str(e.data.get("model"))
+            elif e.event_type == "model.fallback":
+                provider, model = _str(e.data.get("to_provider")), _str(e.data.get("to_model"))
+            elif e.event_type == "model.completed":
+                rows.append(_usage_row(run, index, "events", "primary", provider, model,
+                                       e.data.get("usage"), None))
+                index += 1
+            elif e.event_type == "role_lane.completed":
+                rows.append(_usage_row(run, index, "events", "reviewer",
+                                       _str(e.data.get("provider")), _str(e.data.get("model")),
+                                       e.data.get("usage"), e.data.get("cost")))
+                index += 1
+    return frame(rows, UsageSchema)
+
+
+def _usage_row(run: RunData, i: int, source: str, lane: str, provider: str | None,
+               model: str | None, usage: Any, cost: Any) -> dict[str, Any]:
+    u = usage_columns(usage if isinstance(usage, dict) else {})
+    for k in ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens"):
+        u[k] = u[k] or 0
+    if u["total_tokens"] is None:
+        u["total_tokens"] = u["input_tokens"] + u["output_tokens"]
+    cost = cost if isinstance(cost, dict) else {}
+    costs = {k: _float(cost.get(k)) for k in ("input_cost", "cached_input_cost", "output_cost")}
+    total_cost = _float(cost.get("total_cost"))
+    if total_cost is None and cost and all(v is not None for v in costs.values()):
+        total_cost = sum(v for v in costs.values() if v is not None)
+    return {"run_dir": run.run_dir, "run_id": run.run_id, "index": i, "source": source,
+            "lane": lane, "provider": provider, "model": model, **u,
+            "currency": _str(cost.get("currency")), "cost_source": _str(cost.get("source")),
+            **costs, "total_cost": total_cost}
 
 
 def usage_df(source: Any = None, *, strict: bool = False,

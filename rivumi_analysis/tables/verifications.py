@@ -2,12 +2,66 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import polars as pl
 
-from ._discovery import DEFAULT_MAX_DEPTH
-from ._frames import load, verifications_frame
+from ..read.discovery import DEFAULT_MAX_DEPTH
+from ..read.snapshot import Event, RunData
+from ._common import _bool, _float, _int, _str, frame, load
+
+
+def verifications_frame(runs: Iterable[RunData]) -> pl.DataFrame:
+    from ..schemas import VerificationsSchema
+
+    rows = []
+    for run in runs:
+        open_checks: dict[str, dict[str, Any]] = {}
+        for e in run.events:
+            d = e.data
+            et = e.event_type
+            if et not in ("verification.started", "verification.completed",
+                          "verification.reused"):
+                continue
+            name = _str(d.get("name"))
+            argv = d.get("argv")
+            argv = [a for a in argv if isinstance(a, str)] if isinstance(argv, list) else []
+            if et == "verification.reused":
+                rows.append(_ver_row(run, name, argv, "reused", None, e, True,
+                                     _int(d.get("exit_code")), None))
+            elif et == "verification.started":
+                row = _ver_row(run, name, argv, "in_flight", e, None, None, None, None)
+                open_checks[name or ""] = row
+                rows.append(row)
+            else:
+                row = open_checks.pop(name or "", None)
+                ok = _bool(d.get("ok"))
+                outcome = ("denied" if d.get("error") == "approval denied"
+                           else "passed" if ok else "failed")
+                if row is None:
+                    row = _ver_row(run, name, argv, outcome, None, e, ok,
+                                   _int(d.get("exit_code")), _float(d.get("duration_seconds")))
+                    rows.append(row)
+                else:
+                    row.update(outcome=outcome, completed_sequence=e.sequence,
+                               completed_at=e.created_at, ok=ok, exit_code=_int(d.get("exit_code")),
+                               duration_seconds=_float(d.get("duration_seconds")))
+                    if argv and not row["argv"]:
+                        row["argv"] = argv
+    return frame(rows, VerificationsSchema)
+
+
+def _ver_row(run: RunData, name: str | None, argv: list[str], outcome: str, started: Event | None,
+             completed: Event | None, ok: bool | None, exit_code: int | None,
+             duration: float | None) -> dict[str, Any]:
+    return {"run_dir": run.run_dir, "run_id": run.run_id, "name": name, "argv": argv,
+            "outcome": outcome,
+            "started_sequence": started.sequence if started else None,
+            "completed_sequence": completed.sequence if completed else None,
+            "started_at": started.created_at if started else None,
+            "completed_at": completed.created_at if completed else None,
+            "ok": ok, "exit_code": exit_code, "duration_seconds": duration}
 
 
 def verifications_df(source: Any = None, *, strict: bool = False,

@@ -1,14 +1,14 @@
 """One self-contained, offline HTML audit report (``rivumi-analysis report``).
 
 The file inlines Vega, Vega-Lite and vega-embed (bundled offline by ``vl-convert``), the chart
-specs (built by :mod:`rivumi_analysis.charts`), the audit table, the verdict reasons and the
+specs (built by :mod:`rivumi_analysis.viz.charts`), the audit table, the verdict reasons and the
 quarantine summary. It loads nothing from the network: no CDN, no fonts, no images.
 
 ``redact=True`` keeps only an allowlist: run ids, event types, sequences, timestamps, numbers,
 codes, tool names, effects and decisions, and ``run_dir`` relative to the PATH it was found
 under. Messages, previews, arguments, error texts, replay error texts, quarantine raw bytes,
 hashes of raw bytes, verification names, model names, task ids and absolute paths are dropped.
-Charts never carry free text in the first place (see :mod:`rivumi_analysis.charts`).
+Charts never carry free text in the first place (see :mod:`rivumi_analysis.viz.charts`).
 
 >>> html = render_html(load_tables(["tests/fixtures/example"]), redact=True,
 ...                    sources=["tests/fixtures/example"])
@@ -33,9 +33,9 @@ from typing import Any
 import altair as alt
 import polars as pl
 
+from .._version import __version__
+from ..errors import SourceError
 from . import charts as C
-from ._version import __version__
-from .errors import SourceError
 
 __all__ = ["CHART_SECTIONS", "ReportResult", "build_charts", "load_tables", "render_html",
            "save_images", "write_report"]
@@ -113,16 +113,16 @@ def load_tables(paths: Sequence[str], *, max_depth: int = 8,
     (1, [])
     """
     progress = progress or _no_progress
-    from ._snapshot import load_fleet
-    from .approvals import approvals_df
-    from .events import events_df
-    from .forks import forks_df
-    from .model_calls import model_calls_df
-    from .quarantine import quarantine_df
-    from .runs import runs_df
-    from .states import states_df
-    from .tool_calls import tool_calls_df
-    from .verifications import verifications_df
+    from ..read.snapshot import load_fleet
+    from ..tables.approvals import approvals_df
+    from ..tables.events import events_df
+    from ..tables.forks import forks_df
+    from ..tables.model_calls import model_calls_df
+    from ..tables.quarantine import quarantine_df
+    from ..tables.runs import runs_df
+    from ..tables.states import states_df
+    from ..tables.tool_calls import tool_calls_df
+    from ..tables.verifications import verifications_df
 
     fleet = load_fleet(list(paths), max_depth=max_depth,
                        progress=lambda done, total: progress("reading runs", done, total))
@@ -202,7 +202,7 @@ def _e(v: Any) -> str:
 
 
 def _reason_text(code: str) -> str:
-    from .errors import describe
+    from ..errors import describe
 
     try:
         return describe(code)

@@ -55,7 +55,7 @@ def ray_local() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def corpus_2k(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A generated fleet of 2,000 realistic runs (about 70 MB, under 10 s to write)."""
-    from rivumi_analysis.corpus import generate_corpus
+    from rivumi_analysis.synth.corpus import generate_corpus
 
     out = str(tmp_path_factory.mktemp("corpus") / "fleet")
     generate_corpus(out, runs=CORPUS_RUNS, target_mb=40, seed=13, workers=1)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rivumi_analysis._discovery import RunLocation
 from rivumi_analysis.distributed import ENGINES, audit, make_chunks
 from rivumi_analysis.distributed._chunks import Chunk
+from rivumi_analysis.read.discovery import RunLocation
 
 ROOT = Path(__file__).resolve().parents[2]
 

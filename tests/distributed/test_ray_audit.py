@@ -128,7 +128,7 @@ def test_chunk_that_keeps_failing_is_reported_with_its_runs(
 
 
 def _locs(res: Any) -> list[Any]:
-    from rivumi_analysis._discovery import RunLocation
+    from rivumi_analysis.read.discovery import RunLocation
 
     return [RunLocation(r["run_dir"], r["kind"] == "subagent", r["parent_run_dir"])
             for r in res.runs]
