@@ -111,3 +111,14 @@ def tree_snapshot(top: str) -> dict[str, Any]:
 
 # fixture generators are scripts, not test modules: never import them during collection
 collect_ignore_glob = ["fixtures/*"]
+
+
+@pytest.fixture(scope="session")
+def relay_catalog(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The whole relayflowd scenario catalog, regenerated once per session (real SIGKILLs)."""
+    from rivumi_analysis.synth.relay_scenarios import write_catalog
+
+    root = tmp_path_factory.mktemp("relay-catalog") / "relayflowd"
+    out = write_catalog(str(root))
+    out["root"] = str(root)
+    return out

@@ -32,3 +32,4 @@ def only(doc: dict[str, Any]) -> dict[str, Any]:
 
 def rules(record: dict[str, Any]) -> list[tuple[str, int]]:
     return [(v["rule"], v["seq"]) for v in record["violations"]]
+

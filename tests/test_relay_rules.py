@@ -17,15 +17,15 @@ from rivumi_analysis.relay import tables as T
 from rivumi_analysis.relay.read import Envelope, read_sqlite
 from rivumi_analysis.relay.rules import Context, Spec, State, fold_entries, step
 from rivumi_analysis.synth import relay_scenarios as S
-from rivumi_analysis.synth.relay_crash import CUTS, write_crash
+from rivumi_analysis.synth.relay_crash import CUTS
 from rivumi_analysis.synth.relayflowd import JournalWriter, Refused
 
 from .relay_helpers import only, rules, snapshot
 
 
 @pytest.fixture(scope="module")
-def violation_journals(tmp_path_factory):
-    return S.write_violations(str(tmp_path_factory.mktemp("violations")))
+def violation_journals(relay_catalog):
+    return relay_catalog["violations"]
 
 
 @pytest.mark.parametrize("rule", S.ALL_RULES)
@@ -64,9 +64,8 @@ AT_KILL = {  # cut: channel rows (channel, consumer, delivered, acknowledged, un
 
 
 @pytest.fixture(scope="module")
-def crashes(tmp_path_factory):
-    root = tmp_path_factory.mktemp("crash")
-    return {cut: write_crash(str(root / cut), cut) for cut in CUTS}
+def crashes(relay_catalog):
+    return relay_catalog["crash"]
 
 
 @pytest.mark.parametrize("cut", CUTS)
@@ -121,8 +120,8 @@ def test_crash_cut_after_resume(crashes, cut):
 # --- §10 and friends -------------------------------------------------------------------------
 
 
-def test_eight_way_race(tmp_path):
-    path = S.write_race(str(tmp_path))
+def test_eight_way_race(relay_catalog):
+    path = relay_catalog["race"]
     rec = only(relay_audit([path]))
     assert rec["verdict"] == "consistent"
     assert rec["channels"] == [{"channel": "jobs", "consumer": "consumer", "appended": 1,
@@ -134,8 +133,8 @@ def test_eight_way_race(tmp_path):
     assert d["redelivery_within_attempt"].sum() == 7
 
 
-def test_ack_crosses_a_segment_rollover(tmp_path):
-    path = S.write_segments(str(tmp_path))
+def test_ack_crosses_a_segment_rollover(relay_catalog):
+    path = relay_catalog["segments"]
     rec = only(relay_audit([path]))
     assert rec["verdict"] == "consistent"
     acks = T.relay_channel_acks_df(path)
@@ -144,8 +143,8 @@ def test_ack_crosses_a_segment_rollover(tmp_path):
     assert rec["channels"][0]["redeliveries"] == 1
 
 
-def test_several_consumers(tmp_path):
-    path = S.write_consumers(str(tmp_path))
+def test_several_consumers(relay_catalog):
+    path = relay_catalog["consumers"]
     rec = only(relay_audit([path]))
     got = {c["consumer"]: (c["delivered"], c["acknowledged"], c["redeliveries"],
                            c["acked_offset"], c["unacked_at_end"]) for c in rec["channels"]}

@@ -145,13 +145,16 @@ def _journal_like(name: str) -> bool:
     return name.endswith((".sqlite3", ".sqlite3-wal", ".sqlite3-shm", ".jsonl"))
 
 
-def discover(paths: Sequence[str], *, max_depth: int = 16) -> tuple[list[Candidate], list[Skipped]]:
+def discover(paths: Sequence[str], *, max_depth: int = 16,
+             exclude_names: frozenset[str] = frozenset()
+             ) -> tuple[list[Candidate], list[Skipped]]:
     """Find journals under each path (a file, or a directory walked recursively).
 
     Only regular files are considered: symlinks are never followed (a symlinked journal is
     listed as skipped), FIFOs and devices never opened. ``*.sqlite3`` files are SQLite
     journals except the registry ``relayflowd.sqlite3``; a ``-wal``/``-shm`` belongs to its
     ``.sqlite3``; ``*.jsonl`` files are JSON candidates (their shape is decided on reading).
+    Files named in ``exclude_names`` are not looked at while walking (e.g. ``events.jsonl``).
 
     >>> discover(["/nonexistent-relay"])[1][0].reason
     'unreadable'
@@ -164,7 +167,7 @@ def discover(paths: Sequence[str], *, max_depth: int = 16) -> tuple[list[Candida
             skipped.append(Skipped(root, "unreadable", "path does not exist or cannot be stat'ed"))
             continue
         if stat.S_ISDIR(st.st_mode) or (stat.S_ISLNK(st.st_mode) and os.path.isdir(root)):
-            _walk(root, root, 0, max_depth, found, skipped)  # the given PATH is used as given
+            _walk(root, root, 0, max_depth, found, skipped, exclude_names)  # PATH used as given
         else:
             _classify(os.path.abspath(root), root, st, found, skipped, explicit=True)
     found.sort(key=lambda c: c.path)
@@ -173,7 +176,7 @@ def discover(paths: Sequence[str], *, max_depth: int = 16) -> tuple[list[Candida
 
 
 def _walk(root: str, directory: str, depth: int, max_depth: int, found: list[Candidate],
-          skipped: list[Skipped]) -> None:
+          skipped: list[Skipped], exclude: frozenset[str]) -> None:
     try:
         with os.scandir(directory) as it:
             entries = sorted(it, key=lambda e: e.name)
@@ -181,6 +184,8 @@ def _walk(root: str, directory: str, depth: int, max_depth: int, found: list[Can
         skipped.append(Skipped(os.path.relpath(directory, root), "unreadable", str(exc)))
         return
     for e in entries:
+        if e.name in exclude:
+            continue
         rel = os.path.relpath(e.path, root)
         try:
             st = e.stat(follow_symlinks=False)
@@ -189,7 +194,7 @@ def _walk(root: str, directory: str, depth: int, max_depth: int, found: list[Can
             continue
         if stat.S_ISDIR(st.st_mode):
             if depth + 1 <= max_depth:
-                _walk(root, e.path, depth + 1, max_depth, found, skipped)
+                _walk(root, e.path, depth + 1, max_depth, found, skipped, exclude)
             continue
         _classify(os.path.abspath(e.path), rel, st, found, skipped, explicit=False)
 
@@ -777,12 +782,14 @@ def read_candidate(c: Candidate) -> Journal | Skipped:
     return read_json(c.abspath, c.path)
 
 
-def iter_journals(paths: Sequence[str] | str, *, max_depth: int = 16
+def iter_journals(paths: Sequence[str] | str, *, max_depth: int = 16,
+                  exclude_names: frozenset[str] = frozenset()
                   ) -> tuple[Iterator[Journal], list[Skipped]]:
     """Discover and lazily read journals; the skipped list grows as files are read."""
     if isinstance(paths, str | os.PathLike):
         paths = [os.fspath(paths)]
-    cands, skipped = discover([os.fspath(p) for p in paths], max_depth=max_depth)
+    cands, skipped = discover([os.fspath(p) for p in paths], max_depth=max_depth,
+                              exclude_names=exclude_names)
 
     def gen() -> Iterator[Journal]:
         for c in cands:

@@ -355,7 +355,8 @@ def write_dumps(directory: str, journal: str, stem: str) -> list[str]:
     envs = envelopes(journal)
     out = []
     for shape in ("jsonl", "replay_json", "journal_read"):
-        path = os.path.join(directory, f"{stem}.{shape}.jsonl")
+        name = "envelopes" if shape == "jsonl" else shape
+        path = os.path.join(directory, f"{stem}.{name}.jsonl")
         with open(path, "wb") as fh:
             fh.write(dump_jsonl(envs, shape))
         out.append(path)
@@ -375,7 +376,30 @@ def write_catalog(root: str) -> dict[str, Any]:
     dumps = os.path.join(root, "dumps")
     out["dumps"] = (write_dumps(dumps, out["crash"]["delivery"]["resumed"], "crash-delivery")
                     + write_dumps(dumps, out["consumers"], "consumers"))
+    with open(os.path.join(root, "README.md"), "w", encoding="utf-8") as fh:
+        fh.write(README)
     return out
+
+
+README = """# relayflowd sample journals
+
+Written by `rivumi_analysis.synth.relayflowd` (the kernel's schema, WAL, `synchronous=FULL`, one
+`BEGIN IMMEDIATE` transaction per append, canonical JSON, channel rules checked inside the
+transaction) from a fixed seed. Regenerate with
+`python -m rivumi_analysis.synth.relay_scenarios sample_runs/relayflowd` (SQLite bytes differ
+between runs, WAL salts are random; `tests/test_relay_catalog.py` checks that a regeneration
+gives the same audit records). Audit: `rivumi-analysis relay audit sample_runs/relayflowd`.
+
+| folder | what it shows |
+|---|---|
+| `crash/<cut>/kill/` | spec §9: the alice/bob ping/pong exchange as a real SIGKILL of the writer process left it at cut `append`, `delivery`, `effect` or `ack` (`.sqlite3` + `-wal`: the last committed entries are only in the `-wal`); both attempt-1 starts live at the tail, no violation |
+| `crash/<cut>/resumed/` | the same journal after a second process resumed it: attempt 1 completed `crashed`, attempt 2 re-dispatched, idempotent re-send and re-ack (nothing journaled), redelivery under `delivery`/`effect`, deduplicated effect under `effect`/`ack`; the §9 table's counts, no violation |
+| `race/` | spec §10: 8 threads on independent connections race one send, one receive and one ack: 1 append, 8 deliveries of offset 1 (7 redeliveries), 1 acknowledgement |
+| `segments/` | a rollover between a delivery and its acknowledgement: the ack in segment 2 names the segment-1 delivery; a redelivery lands in segment 2 |
+| `consumers/` | one producer and three consumers on one channel at different paces (`fast` acks all, `slow` redelivered and behind, `stuck` never acks); run left open |
+| `violations/<RULE>/` | one journal per rule id (C1–C13, D1–D4, J1–J6, F, DEAD) showing exactly that rule; `C9` is a JSONL dump (a repeated delivery line: SQLite cannot repeat a seq) |
+| `dumps/` | the `delivery` crash journal and the consumers journal in the three JSON shapes (`envelopes` = bare `jsonl`, `replay_json`, `journal_read` pages of 4) |
+"""
 
 
 if __name__ == "__main__":  # pragma: no cover - regeneration entry point

@@ -1395,9 +1395,15 @@ def generate_sample_runs(out: str) -> list[dict[str, Any]]:
     from rivumi_analysis.synth.crash import cut_run
 
     out = os.path.abspath(out)
-    if os.path.isdir(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
+    if os.path.isdir(out):  # relayflowd/ is the relay journal catalog (synth.relay_scenarios)
+        for name in os.listdir(out):
+            if name != "relayflowd":
+                p = os.path.join(out, name)
+                if os.path.isdir(p) and not os.path.islink(p):
+                    shutil.rmtree(p)
+                else:
+                    os.unlink(p)
+    os.makedirs(out, exist_ok=True)
     rows: list[dict[str, Any]] = []
     ex = os.path.join(out, "example")
     os.makedirs(ex)

@@ -426,7 +426,7 @@ def redact_tables(tables: Tables) -> Tables:
 
 def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
                 charts: Mapping[str, Any] | None = None,
-                generated: datetime | None = None) -> str:
+                generated: datetime | None = None, relay: Any = None) -> str:
     """The whole report as one HTML string (no external references).
 
     Args:
@@ -435,6 +435,7 @@ def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
         redact: keep only the allowlist (module docstring).
         charts: prebuilt charts (default: :func:`build_charts`).
         generated: timestamp shown in the header (default: now, UTC).
+        relay: the relayflowd section (``relay.report.relay_section``), or None.
     """
     if redact:
         tables = redact_tables(tables)
@@ -442,6 +443,11 @@ def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
     runs = tables["runs"]
     assert runs is not None
     specs = {key: _spec(charts[key]) for key, *_ in CHART_SECTIONS if key in charts}
+    # --- relayflowd section (issue 14): its own HTML and charts, rendered like the others
+    relay_html = relay.html if relay is not None else ""
+    if relay is not None:
+        specs.update({key: _spec(chart) for key, chart in relay.charts.items()})
+    # --- end of relayflowd section
     gen = (generated or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
     verdicts = runs.group_by("verdict").len().sort("len", descending=True)
     q = tables.get("quarantine")
@@ -455,6 +461,7 @@ def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
     nav = "".join(f'<a href="#sec-{k}">{_e(t)}</a>' for k, t, *_ in CHART_SECTIONS)
     nav += '<a href="#sec-reasons">Verdict reasons</a><a href="#sec-audit">Audit table</a>'
     nav += '<a href="#sec-quarantine">Quarantine</a>'
+    nav += '<a href="#sec-relay">relayflowd journals</a>' if relay is not None else ""
     sections = "".join(
         f'<section id="sec-{k}"><h2>{_e(t)}</h2><p class="what">{_e(what)}</p>'
         f'<div class="vega-chart" id="chart-{k}" data-chart="{k}"></div></section>'
@@ -481,6 +488,7 @@ verdicts first. Click a header to sort; type to filter.</p>
 <section id="sec-quarantine"><h2>Quarantine</h2><p class="what">Lines that were not accepted
 as events, with the reason code{"" if redact else ", the loader's message and the start of the raw bytes"}.</p>
 {_quarantine_table(q, sources, redact)}</section>
+{relay_html}
 <footer>Charts cap the runs they draw (most notable first); counts and distributions use every
 run. Rendered offline with inlined Vega, Vega-Lite and vega-embed.</footer>
 </main>
@@ -555,8 +563,13 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
     if redact:
         tables = redact_tables(tables)
     charts = build_charts(tables, progress=progress)
+    from .relay.report import relay_section  # relayflowd journals under the PATHs (issue 14)
+
+    relay = relay_section(paths, redact=redact, max_depth=max_depth)
+    if relay is not None:
+        charts = {**charts, **relay.charts}
     progress("writing html", 0, 1)
-    text = render_html(tables, sources=paths, redact=redact, charts=charts)
+    text = render_html(tables, sources=paths, redact=redact, charts=charts, relay=relay)
     _atomic_write_text(out, text)
     progress("writing html", 1, 1)
     images: list[str] = []
