@@ -46,9 +46,13 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
     from playwright.sync_api import sync_playwright
 
+    from rivumi_analysis.relay.report import relay_section
+
     out = tmp_path / "report.html"
-    res = write_report(_corpus(tmp_path), str(out))
-    n_charts = len(CHART_SECTIONS)
+    corpus = _corpus(tmp_path)
+    res = write_report(corpus, str(out))
+    relay = relay_section(corpus)  # sample_runs/relayflowd adds the relayflowd charts
+    n_charts = len(CHART_SECTIONS) + (len(relay.charts) if relay is not None else 0)
     assert res.charts == n_charts
 
     console_errors: list[str] = []
