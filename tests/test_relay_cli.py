@@ -46,7 +46,9 @@ def test_fail_on_and_jsonl(capsys, tmp_path):
     path = _violating(tmp_path)
     before = snapshot(tmp_path)
     assert main(["relay", "audit", path, "--format", "jsonl", "--fail-on", "violations"]) == 1
-    lines = capsys.readouterr().out.splitlines()
+    cap = capsys.readouterr()
+    assert "--fail-on matched 1 journal(s)" in cap.err and "(violations)" in cap.err
+    lines = cap.out.splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["verdict"] == "violations"
     assert main(["relay", "audit", str(EXAMPLE), "--format", "jsonl",
                  "--fail-on", "violations,unreadable"]) == 0

@@ -185,8 +185,16 @@ def run_cli(paths: Sequence[str], fmt: str, fail_on: set[str], *, max_depth: int
     else:
         out.write(format_table(result))
     out.flush()
+    if not result.journals:
+        print(f"rivumi-analysis relay audit: no journals found below {', '.join(paths)}",
+              file=sys.stderr)
     if result.internal_errors:
         return 3
-    if any(r["verdict"] in fail_on for r in result.journals):
+    matched = [r for r in result.journals if r["verdict"] in fail_on]
+    if matched:
+        print(f"rivumi-analysis relay audit: --fail-on matched {len(matched)} journal(s):",
+              file=sys.stderr)
+        for r in matched:
+            print(f"  {r['path']} ({r['verdict']})", file=sys.stderr)
         return 1
     return 0
