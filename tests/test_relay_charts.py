@@ -10,7 +10,7 @@ from rivumi_analysis.relay import charts as C
 from rivumi_analysis.relay import tables as T
 from rivumi_analysis.relay.read import load_journals
 from rivumi_analysis.relay.report import relay_section
-from rivumi_analysis.report import write_report
+from rivumi_analysis.viz.report import write_report
 
 from .conftest import EXAMPLE_DIR
 from .relay_helpers import EXAMPLE, snapshot

@@ -6,7 +6,7 @@ times and codes. Every builder accepts tables of several journals; pass ``journa
 
 >>> import polars as pl
 >>> from rivumi_analysis.schemas import RelayChannelAcksSchema
->>> from rivumi_analysis._frames import frame
+>>> from rivumi_analysis.tables._common import frame
 >>> ack_latency(frame([], RelayChannelAcksSchema)).to_dict()["title"]
 'Acknowledgement latency (no acknowledgements)'
 """

@@ -563,7 +563,7 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
     if redact:
         tables = redact_tables(tables)
     charts = build_charts(tables, progress=progress)
-    from .relay.report import relay_section  # relayflowd journals under the PATHs (issue 14)
+    from ..relay.report import relay_section  # relayflowd journals under the PATHs (issue 14)
 
     relay = relay_section(paths, redact=redact, max_depth=max_depth)
     if relay is not None:
