@@ -16,19 +16,17 @@ Decision order (the first that holds is the verdict; every condition that holds 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from ._resume_read import ResumeLog, read_for_resume
 from .errors import VERDICT_REASONS
-from .read.decode import BOM, RUN_EVENT_KEYS
 from .read.io import RUNNER_FILE_LIMIT
 from .read.models import (
     MANIFEST_KNOWN_KEYS,
     TERMINAL_PHASES,
-    RunEvent,
     SessionManifest,
     TaskContract,
     first_error,
@@ -165,7 +163,7 @@ def decide(run: RunData) -> Verdict:
 
     # --- §6 step 5 (events.jsonl) as §12 reads it ------------------------------------------
     native_log = run.kind != "external"
-    last_seq = _check_events(run, c, manifest_model, native_log, where_events)
+    last_seq, resume_log = _check_events(run, c, manifest_model, native_log, where_events)
 
     # --- manifest vs log --------------------------------------------------------------------
     ahead = False
@@ -185,7 +183,9 @@ def decide(run: RunData) -> Verdict:
             c.reason("manifest_ahead_by_more", f"{run.run_dir}/session.json last_event_sequence "
                      f"{lseq} is {lseq - last_seq} ahead of the log ({last_seq})")
 
-    last_event = run.events[-1] if run.events else None
+    # the tail as resume reads it (two events joined by a lone CR are two events, §13.1)
+    last_event: Any = (resume_log.events[-1] if resume_log is not None and resume_log.events
+                       else run.events[-1] if resume_log is None and run.events else None)
     tail_side_effect = last_event is not None and last_event.event_type in SIDE_EFFECT_STARTS
     if tail_side_effect and not ahead and native_log:
         c.reason("side_effect_tail", f"{where_events}:{last_event.line_no}:"
@@ -231,8 +231,12 @@ def _int_or_none(v: Any) -> int | None:
 
 
 def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
-                  native_log: bool, where: str) -> int | None:
-    """Apply §6 step 5 as §12 reads it. Returns the log's last sequence (-1 when empty)."""
+                  native_log: bool, where: str) -> tuple[int | None, ResumeLog | None]:
+    """Apply §6 step 5 as resume reads the log (§12, §13.1).
+
+    Returns the last sequence resume reads (-1 when empty) and resume's reading (None when
+    the log was not read or is not a RunEvent log).
+    """
     status = run.events_status
     fr = run.files["events.jsonl"]
     if status == "missing":
@@ -242,14 +246,14 @@ def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
                 c.reason("events_missing", f"{where} does not exist but session.json "
                          f"last_event_sequence is {lseq}; hint: the writer was killed before the "
                          "first append (§7.6 note)")
-        return -1
+        return -1, None
     if status in _FILE_STATUS_REASON:
         c.reason(_FILE_STATUS_REASON[status], f"{where} is {_status_words(status)}; it was not "
                  "read")
-        return None
+        return None, None
     if status == "too_large":
         c.reason("events_too_large", f"{where} is {fr.size} bytes, over the toolkit's read bound")
-        return None
+        return None, None
     if (fr.size or 0) > RUNNER_FILE_LIMIT and native_log:
         c.reason("events_too_large", f"{where} is {fr.size} bytes, over the runner's 16 MiB "
                  "limit; hint: the log is still analysed, but resume refuses it")
@@ -269,93 +273,40 @@ def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
                      "created_at_missing", "event_id_missing"):
                 c.warn(w, f"{where}:{e.line_no}:{e.byte_offset}: {w.replace('_', ' ')}")
     if not native_log:
-        return run.events[-1].sequence if run.events else -1
+        return (run.events[-1].sequence if run.events else -1), None
 
-    data = run.events_bytes or b""
-    if quarantined and quarantined[-1].reason == "torn_tail":
-        t = quarantined[-1]
-        c.reason("torn_tail", f"{where}:{t.line_no}:{t.byte_offset}: partial final line "
-                 f"({t.byte_length} bytes, no newline); hint: the writer was killed mid-append")
-    _check_resume_reading(run, data, c, where)
+    log = read_for_resume(run.events_bytes or b"", run.lines, run.events)
+    for err in log.errors:
+        c.reason(err.code, f"{where}:{err.line_no}:{err.byte_offset}: {err.message}")
+    events = log.events
     first_line: dict[int, int] = {}
-    for e in run.events:
+    for e in events:
         if e.sequence in first_line:
             c.reason("duplicate_sequence", f"{where}:{e.line_no}:{e.byte_offset}: sequence "
                      f"{e.sequence} already appeared at line {first_line[e.sequence]}; hint: an "
                      "emit without the lock (§2.4 hazard)")
             break
         first_line[e.sequence] = e.line_no
-    # Contiguity is a fact about the file: the i-th non-blank line must carry sequence i.
-    by_line = {e.line_no: e for e in run.events}
-    index = 0
-    for ln in run.lines:
-        if ln.status == "blank":
-            continue
-        e = by_line.get(ln.line_no)
-        if e is not None and e.sequence != index:
-            c.reason("sequence_not_contiguous", f"{where}:{e.line_no}:{e.byte_offset}: line "
-                     f"{index} of the log has sequence {e.sequence}; resume needs {index}")
+    # Contiguity is a fact about what resume reads: its i-th non-blank piece needs sequence i.
+    for index, (what, k) in enumerate(log.order):
+        if what == "event" and events[k].sequence != index:
+            e = events[k]
+            c.reason("sequence_not_contiguous", f"{where}:{e.line_no}:{e.byte_offset}: piece "
+                     f"{index} of the log (as resume splits it) has sequence {e.sequence}; "
+                     f"resume needs {index}")
             break
-        index += 1
     if manifest is not None:
-        for e in run.events:
-            if isinstance(e.run_id, str) and e.run_id != manifest.run_id:
+        for e in events:
+            if e.run_id != manifest.run_id:
                 c.reason("run_id_drift", f"{where}:{e.line_no}:{e.byte_offset}: run_id "
                          f"{e.run_id!r} != manifest {manifest.run_id!r}")
                 break
-        for e in run.events:
-            if isinstance(e.task_id, str) and e.task_id != manifest.task_id:
+        for e in events:
+            if e.task_id is not None and e.task_id != manifest.task_id:
                 c.reason("task_id_drift", f"{where}:{e.line_no}:{e.byte_offset}: task_id "
                          f"{e.task_id!r} != manifest {manifest.task_id!r}")
                 break
-    return run.events[-1].sequence if run.events else -1
-
-
-def _check_resume_reading(run: RunData, data: bytes, c: _Collector, where: str) -> None:
-    """Resume's reading (§12): strict UTF-8 text, ``str.splitlines()``, RunEvent per piece.
-
-    Every non-blank physical line is checked as RunEvent would check it; on top of that, a
-    BOM, invalid UTF-8 anywhere, or a raw separator that ``splitlines`` splits on makes the
-    text reading itself fail.
-    """
-    by_line = {e.line_no: e for e in run.events}
-    for ln in run.lines:
-        if ln.status == "blank":
-            continue
-        e = by_line.get(ln.line_no)
-        if e is None:
-            if ln.reason not in ("torn_tail", "invalid_utf8"):
-                c.reason("invalid_event_line", f"{where}:{ln.line_no}:{ln.byte_offset}: "
-                         f"{ln.reason}: {ln.message}")
-        elif "event_extra_key" in e.warnings:
-            extra = sorted(set(e.obj) - RUN_EVENT_KEYS)
-            c.reason("event_extra_key", f"{where}:{ln.line_no}:{ln.byte_offset}: unknown "
-                     f"top-level key(s) {', '.join(extra)}; RunEvent forbids extra keys")
-        elif "invalid_event_line" in e.warnings:
-            c.reason("invalid_event_line", f"{where}:{ln.line_no}:{ln.byte_offset}: fails "
-                     f"RunEvent: {_run_event_error(e.obj)}")
-    bad_utf8 = next((ln for ln in run.lines if ln.reason == "invalid_utf8" or (
-        ln.reason == "torn_tail" and "UTF-8" in (ln.message or ""))), None)
-    if bad_utf8 is not None:
-        c.reason("invalid_event_line", f"{where}:{bad_utf8.line_no}:{bad_utf8.byte_offset}: not "
-                 "valid UTF-8; resume reads the whole file as strict UTF-8 text and fails")
-    if data.startswith(BOM):
-        c.reason("bom", f"{where}:1:0: the file starts with a UTF-8 BOM; resume's text reader "
-                 "keeps it, so line 1 is not valid JSON")
-    split = next((ln for ln in run.lines if "line_separator_split" in ln.warnings), None)
-    if split is not None:
-        c.reason("line_separator_split", f"{where}:{split.line_no}:{split.byte_offset}: a raw "
-                 "U+2028/U+2029/NEL (or other splitlines separator) splits this line for resume")
-
-
-def _run_event_error(obj: dict[str, Any]) -> str:
-    try:
-        RunEvent.model_validate_json(json.dumps(obj, allow_nan=True))
-    except ValidationError as exc:
-        return first_error(exc)
-    except Exception as exc:  # pragma: no cover
-        return str(exc)
-    return "invalid"
+    return (events[-1].sequence if events else -1), log
 
 
 def _auditor_warnings(run: RunData, c: _Collector, manifest: SessionManifest | None,

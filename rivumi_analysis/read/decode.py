@@ -17,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from .. import _runner_json
+from .._resume_read import run_event_error
 from .models import DATETIME_ADAPTER, SEQUENCE_ADAPTER, RunEvent
 
 BOM = b"\xef\xbb\xbf"
@@ -79,13 +81,15 @@ def _loads(text: str, flags: _Flags) -> Any:
         flags.nan = True
         return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
 
-    return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    # explicit depth and integer-digit limits: never a matter of the caller's stack
+    return _runner_json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
 
 
 _FAST_DECODER = msgspec.json.Decoder()
 _FAST_ENCODE = msgspec.json.encode
 _ESCAPED_COLON = re.compile(rb"\\u003[aA]")
 FAST_PATH = True
+_FAST_MAX_BRACKETS = 200
 """Speed only: decode with msgspec when that provably gives what ``_loads`` gives."""
 
 
@@ -103,7 +107,10 @@ def _fast_loads(body: bytes) -> dict[str, Any] | None:
     >>> _fast_loads(b'{"a":1,"a":2}') is None, _fast_loads(b'{"a":NaN}') is None
     (True, True)
     """
-    if not FAST_PATH:
+    if (not FAST_PATH or _runner_json.may_have_long_int(body)
+            or body.count(b"[") + body.count(b"{") > _FAST_MAX_BRACKETS):
+        # long integers and deep nesting: the exact path applies json's explicit limits
+        # (msgspec's own depth limit depends on the caller's stack)
         return None
     try:
         obj = _FAST_DECODER.decode(body)
@@ -173,8 +180,10 @@ def decode_line(raw: bytes, *, line_no: int, has_newline: bool,
         obj = _fast_loads(body)
         if obj is None:
             obj = _loads(text, flags)
-    except RecursionError:
-        return quarantine("json_syntax", "JSON nested too deeply to parse")
+    except _runner_json.TooDeep as exc:
+        return quarantine("json_syntax", f"not valid JSON for the runner's replay: {exc}")
+    except _runner_json.IntTooLong as exc:
+        return quarantine("json_syntax", f"not valid JSON for the runner's replay: {exc}")
     except ValueError as exc:
         return quarantine("json_syntax", f"not valid JSON: {exc}")
     if flags.dup:
@@ -221,8 +230,8 @@ def _data_text(body: bytes, text: str, obj: dict[str, Any]) -> str | None:
         span = _DATA_DECODER.decode(body).data
         if span:
             return bytes(span).decode("utf-8")
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        pass
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        pass  # (msgspec's depth limit depends on the stack; the text scan below does not)
     return top_level_value_text(text, "data")
 
 
@@ -296,7 +305,10 @@ def parse_created_at(value: Any) -> tuple[datetime | None, bool]:
     True
     """
     if isinstance(value, str) and _CANONICAL_TS.match(value):
-        return datetime.fromisoformat(value), False
+        try:
+            return datetime.fromisoformat(value), False
+        except ValueError:  # the right shape, an impossible value (hour 24, 30 Feb, ...)
+            return None, False
     if value is None:
         return None, False
     try:
@@ -308,8 +320,11 @@ def parse_created_at(value: Any) -> tuple[datetime | None, bool]:
     return dt.astimezone(UTC), True
 
 
-def native_envelope_warnings(obj: dict[str, Any]) -> set[str]:
-    """Warnings that apply to native/fork/subagent events (RunEvent envelope), not external."""
+def native_envelope_warnings(obj: dict[str, Any], raw: bytes | None = None) -> set[str]:
+    """Warnings that apply to native/fork/subagent events (RunEvent envelope), not external.
+
+    ``raw`` is the line as written: validity is decided on it, as resume decides (§13.2).
+    """
     out: set[str] = set()
     if not RUN_EVENT_KEYS.issuperset(obj):
         out.add("event_extra_key")
@@ -317,13 +332,16 @@ def native_envelope_warnings(obj: dict[str, Any]) -> set[str]:
         out.add("created_at_missing")
     if "event_id" not in obj:
         out.add("event_id_missing")
-    if not _run_event_valid(obj):
+    if raw is not None:
+        if run_event_error(raw, obj) is not None:
+            out.add("invalid_event_line")
+    elif not _run_event_valid(obj):
         out.add("invalid_event_line")
     return out
 
 
 def _run_event_valid(obj: dict[str, Any]) -> bool:
-    """Would ``RunEvent.model_validate`` accept this object (lax mode)?"""
+    """Would ``RunEvent.model_validate`` accept this object (lax mode)? (no raw line at hand)"""
     run_id = obj.get("run_id")
     task_id = obj.get("task_id")
     data = obj.get("data", {})

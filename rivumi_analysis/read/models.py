@@ -8,7 +8,8 @@ common case and falls back to these for anything unusual.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+import uuid
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -26,6 +27,14 @@ class _Contract(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _uuid_hex() -> str:
+    return uuid.uuid4().hex
+
+
 class RunEvent(_Contract):
     """One line of a native ``events.jsonl`` (§2)."""
 
@@ -34,8 +43,8 @@ class RunEvent(_Contract):
     task_id: str | None = None
     sequence: Annotated[int, Field(ge=0)]
     data: dict[str, Any] = Field(default_factory=dict)
-    event_id: str = ""
-    created_at: datetime | None = None
+    event_id: str = Field(default_factory=_uuid_hex)  # absent: generated; null: invalid
+    created_at: datetime = Field(default_factory=_now)  # absent: now; null: invalid (§13.2)
 
 
 SEQUENCE_ADAPTER: TypeAdapter[int] = TypeAdapter(Annotated[int, Field(ge=0)])
@@ -91,7 +100,7 @@ class Usage(_Contract):
 class CostBreakdown(_Contract):
     currency: Literal["USD"] = "USD"
     source: Literal["estimated", "authoritative"] = "estimated"
-    provider: str
+    provider: Annotated[str, Field(min_length=1)]  # §13.3
     model: str
     input_cost: Annotated[float, Field(ge=0)] = 0.0
     cached_input_cost: Annotated[float, Field(ge=0)] = 0.0
@@ -99,7 +108,7 @@ class CostBreakdown(_Contract):
 
 
 class ModelUsageRecord(_Contract):
-    lane: str
+    lane: Annotated[str, Field(min_length=1)]  # §13.3
     provider: str
     model: str
     usage: Usage = Field(default_factory=Usage)
@@ -107,7 +116,7 @@ class ModelUsageRecord(_Contract):
 
 
 class ToolCall(_Contract):
-    tool_call_id: Annotated[str, Field(min_length=1)]
+    tool_call_id: Annotated[str, Field(min_length=1)] = Field(default_factory=_uuid_hex)
     name: Annotated[str, Field(min_length=1)]
     arguments: dict[str, Any] = Field(default_factory=dict)
     provider_metadata: dict[str, Any] = Field(default_factory=dict)
@@ -147,9 +156,16 @@ class ToolObservation(_Contract):
 
 
 class InjectedContext(_Contract):
-    item_type: Literal["injected_context"]
+    item_type: Literal["injected_context"] = "injected_context"  # §13.3: absent is valid
     source: Annotated[str, Field(min_length=1, max_length=128)]
     content: Annotated[str, Field(min_length=1, max_length=16000)]
+
+    @field_validator("content")
+    @classmethod
+    def _no_nul(cls, v: str) -> str:
+        if "\x00" in v:
+            raise ValueError("content cannot contain NUL")
+        return v
 
 
 ConversationItem = Message | ToolObservation | InjectedContext
@@ -168,10 +184,17 @@ class VerificationCommand(_Contract):
             raise ValueError("name must not be blank")
         return v
 
+    @field_validator("argv")
+    @classmethod
+    def _argv(cls, v: list[str]) -> list[str]:
+        if any("\x00" in arg for arg in v):
+            raise ValueError("argv entries cannot contain NUL")
+        return v
+
 
 class VerificationOutcome(_Contract):
     name: str
-    argv: list[str] = Field(default_factory=list)
+    argv: list[str]  # required (§13.3)
     ok: bool
     exit_code: int | None = None
     duration_seconds: Annotated[float, Field(ge=0)] = 0.0
@@ -179,9 +202,9 @@ class VerificationOutcome(_Contract):
 
 
 class ApprovalRequest(_Contract):
-    request_id: str
-    run_id: str
-    action_id: str
+    request_id: Annotated[str, Field(min_length=1)] = Field(default_factory=_uuid_hex)
+    run_id: Annotated[str, Field(min_length=1)]
+    action_id: Annotated[str, Field(min_length=1)]
     effect: ToolEffect
     reason: ApprovalReason
     policy_reason: Annotated[str, Field(max_length=2000)] = ""
@@ -201,7 +224,7 @@ class ApprovalRequest(_Contract):
 class ApprovalAuditRecord(_Contract):
     request: ApprovalRequest
     decision: ApprovalDecision
-    decided_at: datetime
+    decided_at: datetime = Field(default_factory=_now)  # §13.3: absent is valid
 
 
 def _blank_check(v: str) -> str:
@@ -244,7 +267,7 @@ class SessionManifest(_Contract):
     active_writer_token: str | None = None
     writer_claimed_at: datetime | None = None
     writer_heartbeat_at: datetime | None = None
-    updated_at: datetime | None = None
+    updated_at: datetime = Field(default_factory=_now)  # absent: now; null: invalid (§13.3)
 
     @field_validator("run_id", "task_id", "provider_name", "model_id", "protocol")
     @classmethod
@@ -286,7 +309,7 @@ class TaskContract(_Contract):
     verification: Annotated[list[VerificationCommand], Field(min_length=1)]
     limits: Limits = Field(default_factory=Limits)
     enabled_skills: list[str] = Field(default_factory=list)
-    task_id: str | None = None
+    task_id: str = Field(default_factory=_uuid_hex)
     base_sha: str | None = None
     attachments: list[dict[str, str]] = Field(default_factory=list)
 
@@ -311,6 +334,7 @@ class TaskContract(_Contract):
     @field_validator("enabled_skills")
     @classmethod
     def _skills(cls, v: list[str]) -> list[str]:
+        v = [s.strip() for s in v]  # stripped before the pattern and uniqueness (§13.3)
         for s in v:
             if not _SKILL.match(s):
                 raise ValueError(f"invalid skill name: {s!r}")
@@ -321,7 +345,7 @@ class TaskContract(_Contract):
     @field_validator("task_id", "base_sha")
     @classmethod
     def _optional_ids(cls, v: str | None) -> str | None:
-        return None if v is None else _blank_check(v)
+        return None if v is None else _blank_check(v)  # task_id: a str, never null
 
 
 def first_error(exc: Exception) -> str:

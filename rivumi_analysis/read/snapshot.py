@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import re
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from .. import _runner_json
 from .decode import _may_split, decode_line, native_envelope_warnings, parse_created_at
 from .discovery import DEFAULT_MAX_DEPTH, RunLocation, Skipped, Source, discover
 from .io import (
@@ -207,16 +207,22 @@ def _parse_json_doc(fr: FileRead) -> tuple[Any, str | None]:
         text = fr.data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return None, f"not valid UTF-8 at byte {exc.start}"
+    deep = fr.data.count(b"[") + fr.data.count(b"{") > 200
+    if not deep and not _runner_json.may_have_long_int(fr.data):
+        try:
+            # msgspec reads standard JSON exactly as json.loads does; what it refuses (NaN,
+            # Infinity, lone surrogates) goes to json.loads, as the runner
+            return _DOC_DECODER.decode(fr.data), None
+        except (msgspec.DecodeError, RecursionError):
+            pass
     try:
-        # msgspec reads standard JSON exactly as json.loads does; what it refuses (NaN,
-        # Infinity, integers past 64 bits, lone surrogates) goes to json.loads, as the runner
-        return _DOC_DECODER.decode(fr.data), None
-    except (msgspec.DecodeError, RecursionError):
-        pass
-    try:
-        return json.loads(text), None
-    except RecursionError:
-        return None, "JSON nested too deeply"
+        return _runner_json.loads(text), None
+    except _runner_json.TooDeep as exc:
+        # The runner's json.loads overflows the recursion limit and resume crashes; the
+        # toolkit's documented decision: not valid JSON (corrupt, manifest_invalid_json).
+        return None, f"{exc}: the runner's JSON parser overflows (documented decision)"
+    except _runner_json.IntTooLong as exc:
+        return None, f"{exc}: the runner's json.loads refuses it"
     except ValueError as exc:
         return None, f"not valid JSON: {exc}"
 
@@ -335,7 +341,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
         decoded_out.append((lines, events))
     kind = _kind(files, manifest, checkpoint, events, is_subagent)
     if kind != "external":
-        events = _with_native_warnings(events)
+        events = _with_native_warnings(events, events_bytes or b"")
         lines = _merge_line_warnings(lines, events)
     run_id = _run_id(manifest, events, checkpoint)
     token, held = _writer_lock(run_dir)
@@ -425,10 +431,13 @@ def _physical_lines_from(data: bytes, start: int, line_no: int) -> list[Any]:
             for pl in split_physical_lines(data[start:])]
 
 
-def _with_native_warnings(events: list[Event]) -> list[Event]:
+def _with_native_warnings(events: list[Event], data: bytes) -> list[Event]:
     out = []
     for e in events:
-        extra = native_envelope_warnings(e.obj)
+        raw = data[e.byte_offset:e.byte_offset + e.byte_length]
+        if e.line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]  # the BOM itself is resume's business (_resume_read)
+        extra = native_envelope_warnings(e.obj, raw)
         if extra - set(e.warnings):
             e = _replace_warnings(e, tuple(sorted({*e.warnings, *extra})))
         out.append(e)

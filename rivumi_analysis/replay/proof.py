@@ -14,6 +14,7 @@ from ..read.snapshot import RunData
 from .runner import MAX_EVENTS, replay_verdict
 
 _PRINTABLE = re.compile(r"[!-~]+")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # may reach the output (§13.4)
 
 
 def envelopes_ok(run: RunData) -> bool:
@@ -56,6 +57,7 @@ def replay_accepts_fast(run: RunData, envelope_ok: bool) -> bool:
         return True
     events = run.events
     if (not envelope_ok or not data.endswith(b"\n") or b"\\u0000" in data
+            or _SURROGATE_ESCAPE.search(data) is not None
             or len(events) > MAX_EVENTS or len(events) != len(run.lines)
             or any(e.warnings for e in events)):
         return False

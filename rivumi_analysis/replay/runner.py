@@ -24,6 +24,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from .. import _runner_json
 from ..errors import ReplayRefused
 
 __all__ = [
@@ -105,6 +106,22 @@ def canonical_json(obj: Any) -> str:
     """
     return json.dumps(_drop_nulls(obj), ensure_ascii=False, separators=(",", ":"),
                       sort_keys=True)
+
+
+SURROGATE_OUTPUT_MESSAGE = (
+    "replay output would contain a lone surrogate, which is not valid UTF-8")
+"""Documented decision (§13.4): ``json.loads`` turns an escape such as ``\\ud800`` into a lone
+surrogate; when one reaches the replay state or seed, the runner's CLI crashes printing it.
+The toolkit refuses instead (exit 2) and never prints bytes that are not UTF-8."""
+
+
+def _printable(state: dict[str, Any]) -> dict[str, Any]:
+    """Return ``state`` if its canonical JSON encodes as UTF-8, else refuse (§13.4)."""
+    try:
+        canonical_json(state).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ReplayRefused(SURROGATE_OUTPUT_MESSAGE) from None
+    return state
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,14 +236,19 @@ def _load_line(raw: bytes, has_newline: bool, line_no: int) -> dict[str, Any] | 
         raise ReplayRefused(f"event JSONL line {line_no} exceeds {MAX_LINE_BYTES} bytes")
     try:
         # json.loads on bytes, exactly as the runner: it sniffs UTF-8/16/32, strips a UTF-8
-        # BOM and decodes with "surrogatepass".
-        value = json.loads(raw)
+        # BOM and decodes with "surrogatepass"; depth and digit limits are explicit.
+        value = _runner_json.loads(raw)
     except UnicodeDecodeError:
         # The runner crashes here; §7.6 toolkit decision.
         raise ReplayRefused(f"event JSONL line {line_no} is not valid UTF-8") from None
-    except (ValueError, RecursionError):
-        # JSONDecodeError, recursion overflow (§7.6 decision) and int-digit-limit errors (the
-        # runner would crash on the latter; treated as invalid JSON).
+    except _runner_json.IntTooLong:
+        # The runner crashes (ValueError from Python's integer-string limit); documented
+        # toolkit decision (§13.4).
+        raise ReplayRefused(f"event JSONL line {line_no} has an integer of more than "
+                            f"{_runner_json.INT_MAX_DIGITS} digits") from None
+    except ValueError:
+        # JSONDecodeError, and nesting past PYTHON_JSON_MAX_DEPTH (the runner's
+        # RecursionError; §7.6 decision).
         raise ReplayRefused(f"event JSONL line {line_no} is not valid JSON") from None
     if not isinstance(value, dict):
         raise ReplayRefused(f"event JSONL line {line_no} must contain an object")
@@ -492,7 +514,7 @@ def replay_bytes(data: bytes) -> dict[str, Any]:
     ...
     rivumi_analysis.errors.ReplayRefused: event JSONL has a partial final line
     """
-    return reduce_normalized(_load_normalized((data,)))
+    return _printable(reduce_normalized(_load_normalized((data,))))
 
 
 def replay_state(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -512,7 +534,7 @@ def replay_state(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     ...
     rivumi_analysis.errors.ReplayRefused: could not read event JSONL: [Errno 2] No such file or directory: '/nonexistent-dir/events.jsonl'
     """
-    return reduce_normalized(_load_normalized(_fd_chunks(_open_events(run_dir))))
+    return _printable(reduce_normalized(_load_normalized(_fd_chunks(_open_events(run_dir)))))
 
 
 # --------------------------------------------------------------------------------------------
@@ -525,7 +547,7 @@ def _check_fork_sequence(sequence: Any) -> int:
 
 
 def _seed_from_events(events: list[dict[str, Any]], sequence: int) -> dict[str, Any]:
-    whole = reduce_normalized(events)  # rules 13-15 on the whole log
+    reduce_normalized(events)  # rules 13-15 on the whole log
     at = [e for e in events if e["sequence"] == sequence]
     if not at:
         raise ReplayRefused(f"fork sequence {sequence} was not found")
@@ -535,9 +557,9 @@ def _seed_from_events(events: list[dict[str, Any]], sequence: int) -> dict[str, 
         "schema_version": 1,
         "fork_point_sequence": sequence,
         "fork_point_event_type": at[0]["event_type"],
-        # The seed names the id reduced from the whole log (what the runner reduced first).
-        "source_run_id": whole.get("run_id"),
-        "source_conversation_id": whole.get("conversation_id"),
+        # §13.4: the ids reduced from the prefix, not from the whole log.
+        "source_run_id": prefix_state.get("run_id"),
+        "source_conversation_id": prefix_state.get("conversation_id"),
         "new_run_id": None,
         "new_workspace": None,
         "events_included": len(prefix),
@@ -570,7 +592,7 @@ def fork_seed_bytes(data: bytes, sequence: int) -> dict[str, Any]:
     rivumi_analysis.errors.ReplayRefused: fork sequence 2 was not found
     """
     n = _check_fork_sequence(sequence)
-    return _seed_from_events(_load_normalized((data,)), n)
+    return _printable(_seed_from_events(_load_normalized((data,)), n))
 
 
 def fork_seed(run_dir: str | os.PathLike[str], sequence: int) -> dict[str, Any]:
@@ -595,7 +617,7 @@ def fork_seed(run_dir: str | os.PathLike[str], sequence: int) -> dict[str, Any]:
     rivumi_analysis.errors.ReplayRefused: fork sequence must be a non-negative integer
     """
     n = _check_fork_sequence(sequence)
-    return _seed_from_events(_load_normalized(_fd_chunks(_open_events(run_dir))), n)
+    return _printable(_seed_from_events(_load_normalized(_fd_chunks(_open_events(run_dir))), n))
 
 
 # --------------------------------------------------------------------------------------------
@@ -690,14 +712,13 @@ def render_human(state: dict[str, Any], run_dir: str) -> str:
 
 
 def _write_stdout(text: str) -> None:
-    # Lone surrogates can reach the output (json.loads decodes with "surrogatepass"); the
-    # runner would crash printing them, we write them through instead of crashing.
+    # Always UTF-8, whatever the locale; _printable() already refused lone surrogates.
     stream = getattr(sys.stdout, "buffer", None)
     if stream is None:
         sys.stdout.write(text)
         return
     sys.stdout.flush()
-    stream.write(text.encode("utf-8", "surrogatepass"))
+    stream.write(text.encode("utf-8"))
     stream.flush()
 
 
