@@ -236,9 +236,9 @@ def _read_physical(data: bytes, lines: list[Any], events: list[Any]) -> ResumeLo
     for ln in lines:
         if ln.status == "blank":
             continue
-        raw = data[ln.byte_offset:ln.byte_offset + ln.byte_length]
         e = by_line.get(ln.line_no)
         if e is None:
+            raw = data[ln.byte_offset:ln.byte_offset + ln.byte_length]
             if ln.reason in ("invalid_utf8",) or (ln.reason == "torn_tail" and "UTF-8" in (
                     ln.message or "")):
                 # read_text fails on the whole file: resume reads nothing at all
@@ -248,7 +248,6 @@ def _read_physical(data: bytes, lines: list[Any], events: list[Any]) -> ResumeLo
             code = "torn_tail" if ln.reason == "torn_tail" else "invalid_event_line"
             _add_error(log, code, ln.line_no, ln.byte_offset, f"{ln.reason}: {ln.message}")
             continue
-        err = None
         if "event_extra_key" in e.warnings:
             extra = sorted(set(e.obj) - RUN_EVENT_KEYS)
             _add_error(log, "event_extra_key", ln.line_no, ln.byte_offset,
@@ -256,7 +255,9 @@ def _read_physical(data: bytes, lines: list[Any], events: list[Any]) -> ResumeLo
                        "keys")
             continue
         if "invalid_event_line" in e.warnings:
-            err = run_event_error(raw, None) or "invalid"
+            raw = data[ln.byte_offset:ln.byte_offset + ln.byte_length]
+            err = run_event_error(raw.removeprefix(BOM) if ln.line_no == 1 else raw,
+                                  None) or "invalid"
             _add_error(log, "invalid_event_line", ln.line_no, ln.byte_offset,
                        f"fails RunEvent: {err}")
             continue
