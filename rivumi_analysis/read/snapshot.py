@@ -207,7 +207,9 @@ def _parse_json_doc(fr: FileRead) -> tuple[Any, str | None]:
         text = fr.data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return None, f"not valid UTF-8 at byte {exc.start}"
-    deep = fr.data.count(b"[") + fr.data.count(b"{") > 200
+    # msgspec's own depth limit depends on the stack: only text that cannot reach the
+    # documented limit goes to it (a RecursionError falls back to the explicit parser)
+    deep = fr.data.count(b"[") + fr.data.count(b"{") > _runner_json.PYTHON_JSON_MAX_DEPTH
     if not deep and not _runner_json.may_have_long_int(fr.data):
         try:
             # msgspec reads standard JSON exactly as json.loads does; what it refuses (NaN,
