@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dump", type=Path, default=None,
                     help="folder for disagreeing cases (default: none)")
     ap.add_argument("--no-fork", action="store_true", help="skip the fork-seed aspect")
+    ap.add_argument("--tables", action="store_true",
+                    help="also build every table of each mutated run (aspect: no exception)")
     ap.add_argument("--start", type=int, default=0, help="first case index (resume a run)")
     args = ap.parse_args(argv)
     families = tuple(f for f in args.families.split(",") if f)
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, mut in all_cases:
             run_dir = Path(tmp, f"c{k}", mut.files and _dirname(mut))
             mut.write(run_dir)
-            res = compare_run(run_dir, fork=not args.no_fork)
+            res = compare_run(run_dir, fork=not args.no_fork, tables=args.tables)
             total[mut.family] += 1
             if res.ok:
                 agree[mut.family] += 1

@@ -90,7 +90,24 @@ def fork_points(data: bytes) -> list[int]:
     return sorted({s[0], s[len(s) // 2], s[-1], s[-1] + 1})
 
 
-def compare_run(run_dir: Path, *, fork: bool = True) -> CaseResult:
+TABLES = ("runs_df", "events_df", "quarantine_df", "manifests_df", "tool_calls_df",
+          "approvals_df", "model_calls_df", "usage_df", "verifications_df", "states_df",
+          "drift_df")
+
+
+def tables_survive(run_dir: Path) -> tuple[bool, str | None]:
+    """Every table loader reads the run without raising (bad input is normal input)."""
+    import rivumi_analysis
+
+    for name in TABLES:
+        try:
+            getattr(rivumi_analysis, name)(str(run_dir))
+        except Exception as exc:  # noqa: BLE001 - any exception is the finding
+            return False, f"{name}: {type(exc).__name__}: {exc}"[:300]
+    return True, None
+
+
+def compare_run(run_dir: Path, *, fork: bool = True, tables: bool = False) -> CaseResult:
     from rivumi_analysis.audit import audit_run
 
     res = CaseResult()
@@ -100,6 +117,11 @@ def compare_run(run_dir: Path, *, fork: bool = True) -> CaseResult:
     d["oracle_verdict"] = f"{expected.verdict} ({expected.reason})"
     d["toolkit_verdict"] = f"{rec['verdict']} {rec['reasons']}"
     res.aspects["verdict"] = rec["verdict"] == expected.verdict and rec["verdict"] != "error"
+    if tables:
+        ok, why = tables_survive(run_dir)
+        res.aspects["tables"] = ok
+        if why:
+            d["tables"] = why
 
     events_file = run_dir / "events.jsonl"
     data = events_file.read_bytes() if events_file.exists() else None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 FAMILIES = ("byte_flip", "truncation", "line_edit", "envelope", "json_odd", "manifest",
-            "request")
+            "request", "combo")
 
 # every str.splitlines() separator other than "\n" (§12, §13.1)
 SEPARATORS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029",
@@ -259,7 +259,7 @@ def _envelope(src: Source, rng: random.Random) -> tuple[str, Files]:
                      "extra_key", "run_id", "task_id", "data", "event_type", "seq_value"])
     try:
         obj = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "unparsable", dict(files)
     name = op
     if op == "ts":
@@ -425,7 +425,7 @@ def _manifest(src: Source, rng: random.Random) -> tuple[str, Files]:
         return "no_manifest", dict(files)
     try:
         m = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "unparsable", dict(files)
     if not isinstance(m, dict):
         return "not_object", dict(files)
@@ -580,7 +580,7 @@ def _request(src: Source, rng: random.Random) -> tuple[str, Files]:
         return "no_request", dict(files)
     try:
         r = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "unparsable", dict(files)
     op = rng.choice(["nul_argv", "skills", "skills", "empty_argv", "instruction", "paths",
                      "task_id", "base_sha", "attachments", "limits", "deep", "extra"])
@@ -640,9 +640,21 @@ def _request(src: Source, rng: random.Random) -> tuple[str, Files]:
     return name, _with(files, request__json=text)
 
 
+def _combo(src: Source, rng: random.Random) -> tuple[str, Files]:
+    """Two edits of other families, one after the other (the second sees the first)."""
+    names = []
+    files = src.files
+    for _ in range(2):
+        family = rng.choice(FAMILIES[:-1])
+        name, files = _FAMILY_FUNCS[family](Source(src.name, src.label, files), rng)
+        names.append(f"{family}:{name}")
+    return " + ".join(names), files
+
+
 _FAMILY_FUNCS = {
     "byte_flip": _byte_flip, "truncation": _truncation, "line_edit": _line_edit,
     "envelope": _envelope, "json_odd": _json_odd, "manifest": _manifest, "request": _request,
+    "combo": _combo,
 }
 
 
