@@ -21,7 +21,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ._resume_read import ResumeLog, read_for_resume
 from .errors import VERDICT_REASONS
 from .read.io import RUNNER_FILE_LIMIT
 from .read.models import (
@@ -31,6 +30,7 @@ from .read.models import (
     TaskContract,
     first_error,
 )
+from .read.resume_reader import ResumeLog, read_for_resume
 from .read.snapshot import Event, RunData, atomic_leftovers
 
 SIDE_EFFECT_STARTS = frozenset({"tool.started", "verification.started"})

@@ -89,25 +89,14 @@ def _resume_events(text: str):
         return None if err else events
 
 
-def _decode_module():
-    import importlib
-
-    for name in ("rivumi_analysis.read.decode", "rivumi_analysis._decode"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    raise ImportError("no decode module")
-
-
 def test_fast_and_exact_paths_agree_on_mutations(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Every speed path (the line decoder's msgspec path, the columnar engine selected by
     ``RIVUMI_ENGINE``) gives the exact path's audit record and tables on mutated runs."""
     from rivumi_analysis import events_df, quarantine_df
     from rivumi_analysis.audit import audit_run
+    from rivumi_analysis.read import decode
 
-    decode = _decode_module()
     runs = []
     for k, mut in cases(_sources(), SEED + 1, 70):
         runs.append(str(mut.write(tmp_path / f"c{k}" / mut.source.rsplit("/", 1)[-1])))

@@ -158,8 +158,8 @@ def test_nesting_just_below_pydantics_limit_is_valid(make_run: Any) -> None:
 
 def test_installed_pydantic_refuses_at_the_documented_depth() -> None:
     """§13.2 pins pydantic-core's limit; if an upgrade moves it, this test says so."""
-    from rivumi_analysis._models import RunEvent
-    from rivumi_analysis._resume_read import RUN_EVENT_REFUSED_DEPTH, run_event_error
+    from rivumi_analysis.read.models import RunEvent
+    from rivumi_analysis.read.resume_reader import RUN_EVENT_REFUSED_DEPTH, run_event_error
 
     line = '{"event_type":"a","run_id":"r","sequence":0,"data":{"k":%s}}'
     ok = line % ("[" * 199 + "]" * 199)

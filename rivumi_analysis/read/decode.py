@@ -17,9 +17,9 @@ from typing import Any
 
 import msgspec
 
-from .. import _runner_json
-from .._resume_read import run_event_error
+from . import runner_json as _runner_json
 from .models import DATETIME_ADAPTER, SEQUENCE_ADAPTER, RunEvent
+from .resume_reader import run_event_error
 
 BOM = b"\xef\xbb\xbf"
 REPLAY_LINE_LIMIT = 131_072

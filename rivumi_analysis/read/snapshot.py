@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from .. import _runner_json
+from . import runner_json as _runner_json
 from .decode import _may_split, decode_line, native_envelope_warnings, parse_created_at
 from .discovery import DEFAULT_MAX_DEPTH, RunLocation, Skipped, Source, discover
 from .io import (
@@ -438,7 +438,7 @@ def _with_native_warnings(events: list[Event], data: bytes) -> list[Event]:
     for e in events:
         raw = data[e.byte_offset:e.byte_offset + e.byte_length]
         if e.line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]  # the BOM itself is resume's business (_resume_read)
+            raw = raw[3:]  # the BOM itself is resume's business (read.resume_reader)
         extra = native_envelope_warnings(e.obj, raw)
         if extra - set(e.warnings):
             e = _replace_warnings(e, tuple(sorted({*e.warnings, *extra})))

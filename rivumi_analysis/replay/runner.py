@@ -24,8 +24,8 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from .. import _runner_json
 from ..errors import ReplayRefused
+from ..read import runner_json as _runner_json
 
 __all__ = [
     "MAX_LINE_BYTES",

@@ -20,7 +20,7 @@ The toolkit makes both one named constant, so an answer never depends on where i
 >>> loads("[" * 961 + "]" * 961)
 Traceback (most recent call last):
 ...
-rivumi_analysis._runner_json.TooDeep: JSON nested 961 levels deep (limit 960)
+rivumi_analysis.read.runner_json.TooDeep: JSON nested 961 levels deep (limit 960)
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ._runner_json import has_digit_run
-from .read.models import RunEvent, first_error
+from .models import RunEvent, first_error
+from .runner_json import has_digit_run
 
 BOM = b"\xef\xbb\xbf"
 RUN_EVENT_REFUSED_DEPTH = 202
