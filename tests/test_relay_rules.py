@@ -270,3 +270,19 @@ def test_vectorised_channel_summary_on_mutated_journals(exchange, seed):
     want = [("m.jsonl", *c.values()) for c in channel_rows(fold_entries(envs,
                                                                         run_id=j.run_id))]
     assert _summary_rows([j]) == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 30)), max_size=40))
+def test_grow_versions_behave_like_copied_dicts(ops):
+    from rivumi_analysis.relay.rules import Grow
+
+    versions: list[tuple[Grow, dict]] = [(Grow(), {})]
+    for base, key in ops:  # grow from any earlier version: branches included
+        g, d = versions[base % len(versions)]
+        if key in d:
+            continue
+        versions.append((g.add(key, key * 2), {**d, key: key * 2}))
+    for g, d in versions:
+        assert dict(g) == d and len(g) == len(d)
+        assert all((k in g) == (k in d) for k in range(31))

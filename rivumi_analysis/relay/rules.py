@@ -15,7 +15,7 @@ most one C rule (first failing, in the kernel's order) are reported.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -88,6 +88,60 @@ class Context:
     spec: Spec | None
 
 
+class Grow(Mapping[Any, Any]):
+    """An insert-only persistent map: :meth:`add` returns a new map and leaves this one as it
+    was, in O(1) when this map is the latest version (the fold's case) and by copying its
+    visible prefix when another version was already grown from it (a branch).
+
+    >>> a = Grow()
+    >>> b = a.add("x", 1)
+    >>> c = a.add("y", 2)  # a branch: b keeps its view
+    >>> dict(a), dict(b), dict(c)
+    ({}, {'x': 1}, {'y': 2})
+    """
+
+    __slots__ = ("_store", "_order", "_n")
+
+    def __init__(self, store: dict[Any, tuple[int, Any]] | None = None,
+                 order: list[Any] | None = None, n: int = 0) -> None:
+        self._store = {} if store is None else store
+        self._order = [] if order is None else order
+        self._n = n
+
+    def add(self, key: Any, value: Any) -> Grow:
+        if key in self:
+            raise KeyError(f"{key!r} is already present (the map is insert-only)")
+        if len(self._order) != self._n:  # another version grew from this one: copy our view
+            order = self._order[: self._n]
+            store = {k: self._store[k] for k in order}
+        else:
+            order, store = self._order, self._store
+        order.append(key)
+        store[key] = (self._n, value)
+        return Grow(store, order, self._n + 1)
+
+    def __getitem__(self, key: Any) -> Any:
+        hit = self._store.get(key)
+        if hit is None or hit[0] >= self._n or self._order[hit[0]] != key:
+            raise KeyError(key)
+        return hit[1]
+
+    def __contains__(self, key: object) -> bool:
+        hit = self._store.get(key)
+        return hit is not None and hit[0] < self._n and self._order[hit[0]] == key
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._order[: self._n])
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __repr__(self) -> str:
+        return f"Grow({dict(self)!r})"
+
+
+
+
 @dataclass(frozen=True, slots=True)
 class State:
     """What the kernel keeps while folding (never mutated: transitions build new maps)."""
@@ -100,9 +154,9 @@ class State:
     memory: frozenset[str] = frozenset()
     streams: Mapping[str, int] = field(default_factory=dict)
     elections: Mapping[tuple[str, str, str], tuple[int, bool]] = field(default_factory=dict)
-    appends: Mapping[str, tuple[Append, ...]] = field(default_factory=dict)
-    message_ids: frozenset[tuple[str, str, str]] = frozenset()
-    deliveries: Mapping[int, Delivery] = field(default_factory=dict)
+    appends: Mapping[str, Grow] = field(default_factory=dict)  # channel -> offset -> Append
+    message_ids: Grow = field(default_factory=Grow)  # (channel, producer, message_id) -> seq
+    deliveries: Grow = field(default_factory=Grow)  # seq -> Delivery
     acked: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
     def acked_offset(self, channel: str, consumer: str) -> int:
@@ -383,15 +437,15 @@ def _appended(state: State, e: Envelope) -> tuple[Violation | None, State]:
     if e.step_id != producer:
         return Violation("C2", e.seq, f"producer does not match step ({producer!r} vs "
                          f"{e.step_id!r})"), state
-    have = state.appends.get(ch, ())
+    have = state.appends.get(ch) or Grow()
     if offset != len(have) + 1:
         return Violation("C3", e.seq, f"append offset is not consecutive (offset {offset}, "
                          f"expected {len(have) + 1})"), state
     if (ch, producer, mid) in state.message_ids:
         return Violation("C4", e.seq, f"duplicate message id {mid!r} of {producer!r}"), state
     a = Append(ch, offset, producer, mid, canonical(p["message"]), e.seq)
-    return None, replace(state, appends=_set(state.appends, ch, have + (a,)),
-                         message_ids=state.message_ids | {(ch, producer, mid)})
+    return None, replace(state, appends=_set(state.appends, ch, have.add(offset, a)),
+                         message_ids=state.message_ids.add((ch, producer, mid), e.seq))
 
 
 def _delivered(state: State, e: Envelope) -> tuple[Violation | None, State]:
@@ -407,18 +461,18 @@ def _delivered(state: State, e: Envelope) -> tuple[Violation | None, State]:
     if offset != want:
         return Violation("C6", e.seq, f"delivery must be next unacknowledged message (offset "
                          f"{offset}, expected {want})"), state
-    have = state.appends.get(ch, ())
-    if offset > len(have):
+    have = state.appends.get(ch) or Grow()
+    if offset not in have:
         return Violation("C7", e.seq, f"delivery has no append (channel {ch!r} offset "
                          f"{offset})"), state
-    got, exp = canonical(p["message"]), have[offset - 1].message
+    got, exp = canonical(p["message"]), have[offset].message
     if got != exp:
         return Violation("C8", e.seq, f"delivery differs from appended message ({_cut(got)} vs "
                          f"{_cut(exp)})"), state
     if e.seq in state.deliveries:
         return Violation("C9", e.seq, f"duplicate delivery sequence {e.seq}"), state
-    return None, replace(state, deliveries=_set(state.deliveries, e.seq,
-                                                Delivery(ch, consumer, offset, e.seq)))
+    return None, replace(state, deliveries=state.deliveries.add(
+        e.seq, Delivery(ch, consumer, offset, e.seq)))
 
 
 def _acknowledged(state: State, e: Envelope) -> tuple[Violation | None, State]:

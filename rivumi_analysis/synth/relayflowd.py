@@ -302,13 +302,13 @@ class JournalWriter:
         with self._txn():
             state = self._fold().state
             text = canonical(message)
-            for a in state.appends.get(channel, ()):
+            for a in state.appends.get(channel, {}).values():
                 if a.producer == step_id and a.message_id == message_id:
                     if a.message != text:
                         raise Refused("channel_conflict", "message id reused with different "
                                       "content")
                     return a.seq  # idempotent re-send: nothing journaled
-            offset = len(state.appends.get(channel, ())) + 1
+            offset = len(state.appends.get(channel, {})) + 1
             return self._insert("channel.appended", step_id, attempt, {
                 "channel": channel, "offset": offset, "producer": step_id,
                 "message_id": message_id, "message": message}, at_ms=None, segment_id=None,
@@ -319,10 +319,10 @@ class JournalWriter:
         with self._txn():
             state = self._fold().state
             offset = state.acked_offset(channel, step_id) + 1
-            have = state.appends.get(channel, ())
-            if offset > len(have):
+            have = state.appends.get(channel, {})
+            if offset not in have:
                 return None
-            message, _ = parse_json(have[offset - 1].message)
+            message, _ = parse_json(have[offset].message)
             seq = self._insert("channel.delivered", step_id, attempt, {
                 "channel": channel, "consumer": step_id, "offset": offset,
                 "message": message}, at_ms=None, segment_id=None, payload_text=None, raw=False)
