@@ -46,6 +46,8 @@ class EngineSummary:
     Attributes:
         startup_seconds: time to start or connect to Ray (0 when it was already running).
         seconds: wall time of the job itself, after start-up.
+        task_seconds: compute time summed over the chunks' tasks (runs / task_seconds is
+            the throughput of one task slot, from which a cluster's time can be estimated).
     """
 
     engine: str
@@ -56,6 +58,7 @@ class EngineSummary:
     startup_seconds: float
     seconds: float
     failures: tuple[ChunkFailure, ...] = ()
+    task_seconds: float = 0.0
 
     def text(self) -> str:
         """One line, then one line per failed chunk with its runs."""
@@ -87,7 +90,8 @@ def audit(source: Source | None = None, *, engine: str = "process",
           progress: Callable[[int], None] | None = None,
           on_chunk: Callable[[int, int, int, int], None] | None = None,
           ray_remote_args: dict[str, Any] | None = None,
-          ray_init: dict[str, Any] | None = None) -> AuditResult:
+          ray_init: dict[str, Any] | None = None,
+          runs_from: str | None = None) -> AuditResult:
     """Audit every run below ``source`` on the chosen engine; the same records either way.
 
     Args:
@@ -101,6 +105,8 @@ def audit(source: Source | None = None, *, engine: str = "process",
             runs, bytes)`` of that chunk (see :class:`ChunkBar`).
         ray_remote_args: extra Ray task options (``num_cpus``, ``max_retries``, ...).
         ray_init: keyword arguments for ``ray.init`` when Ray is not initialised yet.
+        runs_from: a listing file (Parquet or CSV with a ``path`` column, local or a URI)
+            naming the runs instead of walking ``source`` (which is then ignored).
 
     Returns:
         The audit result; with ``"ray"`` a :class:`RayAuditResult` whose ``summary`` lists
@@ -115,12 +121,24 @@ def audit(source: Source | None = None, *, engine: str = "process",
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
-    if engine == "process":
+    if engine == "process" and runs_from is None:
         from ..audit import audit as local_audit
 
         return local_audit(source, max_depth=max_depth, progress=progress, jobs=jobs,
                            cache=cache, cache_dir=cache_dir)
-    found = discover(source, max_depth=max_depth)
+    found = _find(source, max_depth, runs_from)
+    if engine == "process":
+        from .._cache import AuditCache, run_fleet
+
+        store = AuditCache(cache_dir) if (cache if cache is not None else cache_dir is not None
+                                          ) else None
+        try:
+            records = run_fleet(found.runs, jobs=jobs, cache=store, progress=progress)
+        finally:
+            if store is not None:
+                store.close()
+        return AuditResult(runs=sorted(records, key=lambda r: r["run_dir"]), skipped=[],
+                           root_used=None)
     records, summary = _ray_audit_records(found.runs, runs_per_task=runs_per_task,
                                           progress=progress, on_chunk=on_chunk,
                                           ray_remote_args=ray_remote_args, ray_init=ray_init)
@@ -128,6 +146,16 @@ def audit(source: Source | None = None, *, engine: str = "process",
     skipped = [{"path": s.path, "reason": s.reason} for s in found.skipped]
     return RayAuditResult(runs=runs, skipped=skipped, root_used=found.root_used,
                           summary=summary)
+
+
+def _find(source: Source | None, max_depth: int, runs_from: str | None) -> Any:
+    from .._discovery import Discovery
+
+    if runs_from is not None:
+        from .._uri import read_listing
+
+        return Discovery(runs=read_listing(runs_from))
+    return discover(source, max_depth=max_depth)
 
 
 def _ray_audit_records(locations: list[RunLocation], *, runs_per_task: int,
@@ -139,29 +167,32 @@ def _ray_audit_records(locations: list[RunLocation], *, runs_per_task: int,
     import msgspec
 
     from . import _ray
-    from ._tasks import audit_chunk_task, fault_from_env
+    from ._tasks import audit_chunk_task
 
     chunks = make_chunks(locations, runs_per_task)
     _started, startup = _ray.ensure_ray(ray_init)
     t0 = time.perf_counter()
     records: list[dict[str, Any]] = []
     done: set[str] = set()
+    task_secs: dict[str, float] = {}
     total_bytes = 0
     if chunks:
-        ds = _ray.chunk_dataset(chunks, audit_chunk_task, fn_kwargs={"fault": fault_from_env()},
+        ds = _ray.chunk_dataset(chunks, audit_chunk_task, fn_kwargs=_task_kwargs(chunks),
                                 ray_remote_args=ray_remote_args)
         dec = msgspec.json.Decoder()
         for batch in _ray.iter_result_batches(ds):
             keys = batch.column("key").to_pylist()
             recs = batch.column("record").to_pylist()
             sizes = batch.column("bytes").to_pylist()
+            secs = batch.column("seconds").to_pylist()
             per_chunk: dict[str, tuple[int, int]] = {}
-            for key, rec, size in zip(keys, recs, sizes, strict=True):
+            for key, rec, size, sec in zip(keys, recs, sizes, secs, strict=True):
                 if key in done:  # a chunk delivered twice is counted once
                     continue
                 records.append(dec.decode(rec))
                 n, b = per_chunk.get(key, (0, 0))
                 per_chunk[key] = (n + 1, b + size)
+                task_secs[key] = sec
             for key, (n, b) in per_chunk.items():
                 done.add(key)
                 total_bytes += b
@@ -183,7 +214,8 @@ def _ray_audit_records(locations: list[RunLocation], *, runs_per_task: int,
         if progress is not None:
             progress(len(c))
     summary = EngineSummary("ray", len(chunks), len(done), len(locations), total_bytes,
-                            startup, time.perf_counter() - t0, tuple(failures))
+                            startup, time.perf_counter() - t0, tuple(failures),
+                            sum(task_secs.values()))
     return records, summary
 
 
@@ -216,10 +248,23 @@ class ChunkBar:
         self._bar.close()
 
 
+def _task_kwargs(chunks: list[Chunk]) -> dict[str, Any]:
+    """What every task needs from the driver: the test hook and object-storage filesystems."""
+    from ._tasks import fault_from_env
+
+    kwargs: dict[str, Any] = {"fault": fault_from_env()}
+    if any("://" in d for c in chunks for d in c.run_dirs):
+        from .._uri import registered_filesystems
+
+        kwargs["filesystems"] = registered_filesystems()
+    return kwargs
+
+
 def audit_dataset(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEPTH,
                   runs_per_task: int = DEFAULT_RUNS_PER_TASK,
                   ray_remote_args: dict[str, Any] | None = None,
-                  ray_init: dict[str, Any] | None = None) -> Any:
+                  ray_init: dict[str, Any] | None = None,
+                  runs_from: str | None = None) -> Any:
     """A lazy ``ray.data.Dataset`` of audit records, one row per run (columns of
     ``audit.RECORD_FIELDS``), for composing your own Ray pipeline.
 
@@ -233,12 +278,12 @@ def audit_dataset(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_
         ds.filter(lambda r: r["verdict"] != "terminal").write_parquet("/tmp/not-terminal")
     """
     from . import _ray
-    from ._tasks import audit_rows_task, fault_from_env
+    from ._tasks import audit_rows_task
 
-    found = discover(source, max_depth=max_depth)
+    found = _find(source, max_depth, runs_from)
     _ray.ensure_ray(ray_init)
     chunks = make_chunks(found.runs, runs_per_task)
-    ds = _ray.chunk_dataset(chunks, audit_rows_task, fn_kwargs={"fault": fault_from_env()},
+    ds = _ray.chunk_dataset(chunks, audit_rows_task, fn_kwargs=_task_kwargs(chunks),
                             ray_remote_args=ray_remote_args)
     ds.context.max_errored_blocks = 0  # a user's pipeline fails loudly instead
     return ds

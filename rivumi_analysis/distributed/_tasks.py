@@ -7,6 +7,7 @@ the local process pool (``read.cache._chunk_worker``), so both engines give iden
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import msgspec
@@ -61,6 +62,10 @@ def audit_records(chunk: Chunk) -> list[dict[str, Any]]:
 
 def run_bytes(run_dir: str) -> int:
     """Bytes of the regular files at the top of a run folder (for progress only)."""
+    if "://" in run_dir:
+        from .._uri import tree_bytes
+
+        return tree_bytes(run_dir)
     total = 0
     try:
         with os.scandir(run_dir) as it:
@@ -77,19 +82,34 @@ def run_bytes(run_dir: str) -> int:
 
 AUDIT_RESULT_SCHEMA = pa.schema([
     ("key", pa.string()), ("run_dir", pa.string()), ("bytes", pa.int64()),
-    ("record", pa.binary()),
+    ("seconds", pa.float64()), ("record", pa.binary()),
 ])
 
 
-def audit_chunk_task(batch: pa.Table, fault: str | None = None) -> pa.Table:
-    """One chunk in, one row per run out: its audit record as JSON bytes."""
+def use_filesystems(filesystems: dict[str, Any] | None) -> None:
+    """Register the driver's object-storage filesystems in this worker (see ``_uri``)."""
+    if filesystems:
+        from .._uri import register_filesystem
+
+        for prefix, fs in filesystems.items():
+            register_filesystem(prefix, fs)
+
+
+def audit_chunk_task(batch: pa.Table, fault: str | None = None,
+                     filesystems: dict[str, Any] | None = None) -> pa.Table:
+    """One chunk in, one row per run out: its audit record as JSON bytes, the bytes of the
+    run's files and the chunk's compute seconds (for throughput figures)."""
+    t0 = time.perf_counter()
+    use_filesystems(filesystems)
     chunk = chunk_of(batch)
     records = audit_records(chunk)
     enc = msgspec.json.Encoder()
+    sizes = [run_bytes(os.path.join(chunk.base, d)) for d in chunk.run_dirs]
     out = pa.table({
         "key": [chunk.key] * len(records),
         "run_dir": [r["run_dir"] for r in records],
-        "bytes": [run_bytes(os.path.join(chunk.base, d)) for d in chunk.run_dirs],
+        "bytes": sizes,
+        "seconds": [time.perf_counter() - t0] * len(records),
         "record": [enc.encode(r) for r in records],
     }, schema=AUDIT_RESULT_SCHEMA)
     maybe_fault(fault, chunk)
@@ -110,8 +130,10 @@ def audit_record_schema() -> pa.Schema:
     return pa.schema([(f, types.get(f, pa.string())) for f in RECORD_FIELDS])
 
 
-def audit_rows_task(batch: pa.Table, fault: str | None = None) -> pa.Table:
+def audit_rows_task(batch: pa.Table, fault: str | None = None,
+                    filesystems: dict[str, Any] | None = None) -> pa.Table:
     """One chunk in, its audit records out as typed columns (for ``audit_dataset``)."""
+    use_filesystems(filesystems)
     chunk = chunk_of(batch)
     records = audit_records(chunk)
     maybe_fault(fault, chunk)

@@ -86,13 +86,24 @@ def normalize_sources(source: Source | None) -> tuple[list[str], str | None]:
             )
         return [root], root
     if isinstance(source, (str, os.PathLike)):
-        return [os.fspath(source)], None
-    return [os.fspath(s) for s in source], None
+        return [_file_uri(os.fspath(source))], None
+    return [_file_uri(os.fspath(s)) for s in source], None
+
+
+def _file_uri(path: str) -> str:
+    """``file://`` sources are local paths (every local rule applies); other URIs stay."""
+    if path.startswith("file://"):
+        from ._uri import file_uri_to_path
+
+        return file_uri_to_path(path)
+    return path
 
 
 def check_sources(paths: list[str]) -> None:
     """Raise :class:`SourceError` for a missing path or a regular file (usage errors)."""
     for p in paths:
+        if "://" in p:  # object storage: checked when it is listed (``_uri``)
+            continue
         try:
             st = os.stat(p)  # the given path itself may be a symlink: used as given
         except OSError:
@@ -134,7 +145,14 @@ def discover(source: Source | None, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Di
     skipped: list[Skipped] = []
     seen: set[str] = set()
     for top in paths:
-        _walk(top, 0, max_depth, runs, skipped, seen, is_top=True)
+        if "://" not in top:
+            _walk(top, 0, max_depth, runs, skipped, seen, is_top=True)
+    uris = [p for p in paths if "://" in p]
+    if uris:
+        from ._uri import discover_uris
+
+        discover_uris(uris, max_depth=max_depth, run_markers=RUN_MARKERS, runs=runs,
+                      skipped=skipped, seen=seen)
     return Discovery(runs=runs, skipped=skipped, root_used=root_used)
 
 

@@ -298,6 +298,8 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     the bytes just read. ``decoded_out``, when given, receives ``(lines, events)`` as decoded
     (before the kind-dependent warnings), for the cache to store.
     """
+    # object-storage runs (``s3://...``) read through ``_uri``; local paths as always
+    read_file, lstat_identity, _listing, _writer_lock = _io_for(run_dir)
     live_changed = True
     session_path = os.path.join(run_dir, "session.json")
     for attempt in range(STABLE_READ_ATTEMPTS):
@@ -361,6 +363,14 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
         events_status=ev.status, writer_lock_token=token, writer_active=held,
         live_changed=live_changed,
     )
+
+
+def _io_for(run_dir: str) -> tuple[Any, Any, Any, Any]:
+    if "://" in run_dir:
+        from ._uri import URI_IO as u
+
+        return u.read_file, u.lstat_identity, u.listing, u.writer_lock
+    return _LOCAL_IO
 
 
 def _consistent_pair(manifest: FileRead, events: FileRead) -> bool:
@@ -489,3 +499,6 @@ def _run_id(manifest: Any, events: list[Event], checkpoint: Any) -> str | None:
     if isinstance(checkpoint, dict) and isinstance(checkpoint.get("run_id"), str):
         return checkpoint["run_id"]
     return None
+
+
+_LOCAL_IO = (read_file, lstat_identity, _listing, _writer_lock)

@@ -41,9 +41,16 @@ def ray_local() -> Iterator[Any]:
     import ray
     import ray.data
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False,
-             object_store_memory=256 * 2**20, logging_level="ERROR", log_to_driver=False,
-             _node_ip_address=LOOPBACK)
+    for attempt in (1, 2):  # Ray waits only 30 s for its raylet: a busy machine can miss that
+        try:
+            ray.init(address="local", num_cpus=2, include_dashboard=False,
+                     object_store_memory=256 * 2**20, logging_level="ERROR",
+                     log_to_driver=False, _node_ip_address=LOOPBACK)
+            break
+        except Exception:
+            ray.shutdown()
+            if attempt == 2:
+                raise
     try:
         ray.data.DataContext.get_current().enable_progress_bars = False
         logging.getLogger("ray.data").setLevel(logging.ERROR)

@@ -1,0 +1,112 @@
+"""Ray engine vs the process pool on one corpus, in one run (the same machine state for both).
+
+    python -m rivumi_analysis.corpus --runs 10000 --target-mb 1000 --out /tmp/ray10k
+    .venv/bin/python benchmarks/bench_ray.py /tmp/ray10k --reps 3
+
+Prints: the process engine's audit wall time (median and spread of ``--reps``, measured first,
+before Ray exists in the process); Ray's fixed costs (``ray.init`` of a local cluster, the
+first job's extra time over the warm median, shutdown); Ray's audit wall time; the ratio
+Ray / process; whether the audit JSON is identical; and the per-chunk throughput (runs and MB
+per second of one task slot, from the tasks' own timers), with the estimate
+``T(N slots) = fixed + runs / (N * runs_per_slot_second)`` for a cluster. Nothing is asserted:
+the machine is shared, so read the spreads and ratios, not absolute seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+
+def _timed(fn):  # type: ignore[no-untyped-def]
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def _spread(xs: list[float]) -> str:
+    return (f"median {statistics.median(xs):.2f} s (min {min(xs):.2f}, max {max(xs):.2f}, "
+            f"n={len(xs)})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("corpus", help="a folder of runs (e.g. from rivumi_analysis.corpus)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--runs-per-task", type=int, default=256)
+    ap.add_argument("--jobs", type=int, default=None, help="process engine workers")
+    ap.add_argument("--num-cpus", type=int, default=None, help="Ray local cluster CPUs")
+    ap.add_argument("--node-ip", default="127.0.0.2",
+                    help="loopback address for the local Ray node (Ray rewrites 127.0.0.1)")
+    args = ap.parse_args(argv)
+
+    from rivumi_analysis.distributed import audit
+
+    n_cpus = args.num_cpus or len(os.sched_getaffinity(0))
+    print(f"corpus {args.corpus}, {n_cpus} CPUs, runs_per_task {args.runs_per_task}, "
+          f"reps {args.reps}", flush=True)
+
+    proc_times = []
+    expected = None
+    for _ in range(args.reps):
+        dt, res = _timed(lambda: audit(args.corpus, engine="process", jobs=args.jobs))
+        proc_times.append(dt)
+        expected = json.dumps(res.to_json_obj())
+    assert expected is not None
+    runs = len(json.loads(expected)["runs"])
+    print(f"process engine: {runs} runs, {_spread(proc_times)}", flush=True)
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import logging
+
+    import ray
+    import ray.data
+
+    init_s, _ = _timed(lambda: ray.init(
+        address="local", num_cpus=n_cpus, include_dashboard=False, logging_level="ERROR",
+        log_to_driver=False, _node_ip_address=args.node_ip))
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+    ray_times = []
+    identical = True
+    summaries = []
+    try:
+        for _ in range(args.reps + 1):  # the first job also starts the workers
+            dt, res = _timed(lambda: audit(args.corpus, engine="ray",
+                                           runs_per_task=args.runs_per_task))
+            ray_times.append(dt)
+            summaries.append(res.summary)
+            identical &= json.dumps(res.to_json_obj()) == expected
+    finally:
+        stop_s, _ = _timed(ray.shutdown)
+    cold, warm = ray_times[0], ray_times[1:]
+    warm_med = statistics.median(warm)
+    proc_med = statistics.median(proc_times)
+    print(f"ray start-up (ray.init, local cluster): {init_s:.2f} s; first job "
+          f"{cold:.2f} s (+{cold - warm_med:.2f} s worker start); shutdown {stop_s:.2f} s")
+    print(f"ray engine (warm): {_spread(warm)}")
+    print(f"ratio ray / process (warm medians): {warm_med / proc_med:.2f}x; "
+          f"with start-up and first-job costs: {(init_s + cold) / proc_med:.2f}x")
+    print(f"identical audit JSON: {identical}")
+    s = summaries[-1]
+    per_slot = s.runs / s.task_seconds if s.task_seconds else float("nan")
+    mb_slot = s.bytes / 1e6 / s.task_seconds if s.task_seconds else float("nan")
+    per_chunk = s.task_seconds / max(1, s.chunks_done)
+    overhead = warm_med - s.task_seconds / n_cpus
+    print(f"per chunk ({args.runs_per_task} runs): {per_chunk:.2f} s of one task slot; "
+          f"{per_slot:.0f} runs/s, {mb_slot:.1f} MB/s per slot ({s.runs} runs, "
+          f"{s.bytes / 1e6:.0f} MB, {s.chunks_done} chunks)")
+    print(f"scheduling overhead here: {overhead:.2f} s (warm wall - task seconds / {n_cpus})")
+    print("estimate for a cluster of N task slots: "
+          f"T ~ {init_s:.1f} s start-up + {max(0.0, overhead):.1f} s + runs / (N x "
+          f"{per_slot:.0f}) s; e.g. 1,000,000 runs on 64 slots ~ "
+          f"{init_s + max(0.0, overhead) + 1e6 / (64 * per_slot):.0f} s")
+    return 0 if identical else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

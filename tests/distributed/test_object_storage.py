@@ -1,0 +1,165 @@
+"""Run roots on object storage: a real S3-compatible server (moto) on 127.0.0.1 holds sample
+runs; the audit of ``s3://`` URIs equals the local-filesystem audit, on both engines."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rivumi_analysis import _uri
+from rivumi_analysis.audit import audit as local_audit
+from rivumi_analysis.distributed import audit
+from rivumi_analysis.errors import SourceError
+
+ROOT = Path(__file__).resolve().parents[2]
+FAMILIES = ("bad_input", "crashes", "external", "forks", "subagents", "example")
+BUCKET = "runs"
+PREFIX = f"s3://{BUCKET}/fleet"
+
+pytestmark = [pytest.mark.timeout(300)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def local_fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of several sample-run families (every kind, bad input, crash cuts, subagents)."""
+    out = tmp_path_factory.mktemp("fleet") / "fleet"
+    for fam in FAMILIES:
+        shutil.copytree(ROOT / "sample_runs" / fam, out / fam)
+    return out
+
+
+@pytest.fixture(scope="module")
+def s3(local_fleet: Path) -> Iterator[Any]:
+    """moto's S3 server on 127.0.0.1 (stopped even on failure) holding ``local_fleet``."""
+    pafs = pytest.importorskip("pyarrow.fs")
+    server = Path(sys.executable).parent / "moto_server"
+    if not server.exists():
+        pytest.skip("moto[server] (test extra) is not installed")
+    port = _free_port()
+    proc = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        fs = pafs.S3FileSystem(access_key="testing", secret_key="testing", region="us-east-1",
+                               endpoint_override=f"127.0.0.1:{port}", scheme="http",
+                               allow_bucket_creation=True, connect_timeout=5,
+                               request_timeout=30)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                fs.create_dir(BUCKET)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        for dirpath, _dirs, files in os.walk(local_fleet):
+            for name in files:
+                src = os.path.join(dirpath, name)
+                key = f"{BUCKET}/fleet/{os.path.relpath(src, local_fleet)}"
+                with open(src, "rb") as fh, fs.open_output_stream(key) as out:
+                    out.write(fh.read())
+        _uri.register_filesystem("s3://", fs)
+        yield fs
+    finally:
+        _uri.unregister_filesystem("s3://")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def expected(local_fleet: Path) -> dict[str, Any]:
+    """The local audit with the local root written as the S3 prefix."""
+    text = json.dumps(local_audit(local_fleet, jobs=1).to_json_obj())
+    return json.loads(text.replace(str(local_fleet), PREFIX))
+
+
+def test_s3_audit_equals_local_audit(s3: Any, expected: dict[str, Any]) -> None:
+    res = audit(PREFIX, engine="process", jobs=1)
+    assert len(res.runs) >= 30
+    assert any(r["kind"] == "subagent" for r in res.runs)
+    assert any(r["quarantined_lines"] for r in res.runs)
+    assert res.to_json_obj() == expected
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_s3_audit_on_ray_equals_local_audit(s3: Any, ray_local: Any,
+                                            expected: dict[str, Any]) -> None:
+    res = audit(PREFIX + "/", engine="ray", runs_per_task=8)
+    assert res.to_json_obj() == expected
+    assert res.summary is not None and res.summary.bytes > 0
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_listing_file_names_the_runs(s3: Any, expected: dict[str, Any], tmp_path: Path,
+                                     fmt: str) -> None:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    runs = expected["runs"]
+    table = pa.table({
+        "path": [r["run_dir"] for r in reversed(runs)],
+        "is_subagent": [r["kind"] == "subagent" for r in reversed(runs)],
+        "parent_run_dir": [r["parent_run_dir"] for r in reversed(runs)],
+    })
+    key = f"{BUCKET}/listings/runs.{fmt}"
+    with s3.open_output_stream(key) as out:
+        if fmt == "csv":
+            pacsv.write_csv(table, out)
+        else:
+            pq.write_table(table, out)
+    res = audit(engine="process", jobs=1, runs_from=f"s3://{key}")
+    assert res.runs == runs
+
+
+def test_file_uri_is_the_local_path(local_fleet: Path) -> None:
+    a = local_audit(f"file://{local_fleet}", jobs=1)
+    assert a == local_audit(local_fleet, jobs=1)
+
+
+def test_reads_are_bounded_and_typed(s3: Any) -> None:
+    run = next(r for r in s3.get_file_info(
+        __import__("pyarrow.fs").fs.FileSelector(f"{BUCKET}/fleet/example")))
+    uri = f"s3://{run.path}"
+    ok = _uri.read_file(f"{uri}/events.jsonl")
+    assert ok.status == "ok" and ok.data and ok.size == len(ok.data)
+    big = _uri.read_file(f"{uri}/events.jsonl", limit=10)
+    assert (big.status, big.data, big.size) == ("too_large", None, ok.size)
+    assert _uri.read_file(f"{uri}/nope.json").status == "missing"
+    assert _uri.read_file(uri).status == "not_regular"
+    assert _uri.lstat_identity(f"{uri}/nope.json") is None
+    assert "events.jsonl" in _uri.listing(uri)
+
+
+def test_missing_uri_source_is_a_source_error(s3: Any) -> None:
+    with pytest.raises(SourceError) as err:
+        audit(f"s3://{BUCKET}/no-such-prefix", engine="process", jobs=1)
+    assert err.value.code == "source_missing"
+    with pytest.raises(SourceError) as err:
+        audit(f"{PREFIX}/example/{os.listdir(ROOT / 'sample_runs' / 'example')[0]}/events.jsonl",
+              engine="process", jobs=1)
+    assert err.value.code == "source_not_directory"
