@@ -60,6 +60,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         "no cache)")
     a.add_argument("--runs-per-task", type=int, default=256, metavar="N",
                    help="runs per Ray task (--engine ray; default 256)")
+    a.add_argument("--runs-from", default=None, metavar="FILE",
+                   help="audit the runs named in a listing (Parquet or CSV with a 'path' "
+                        "column; a local path or s3://, gs:// URI) instead of walking PATHs")
     a.set_defaults(handler=cmd_audit)
 
     s = sub.add_parser("schema", help="print a table's data dictionary (what each column "
@@ -150,7 +153,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"rivumi-analysis audit: error: unknown verdict(s) {', '.join(unknown)}; "
               f"choose from {', '.join(VERDICTS)}", file=sys.stderr)
         return EXIT_USAGE
-    paths, err = _resolve_paths(args.paths)
+    if args.runs_from is not None and args.paths:
+        print("rivumi-analysis audit: error: give PATHs or --runs-from, not both",
+              file=sys.stderr)
+        return EXIT_USAGE
+    paths, err = ([args.runs_from], None) if args.runs_from else _resolve_paths(args.paths)
     if err:
         print(f"rivumi-analysis audit: error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -162,13 +169,20 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print("rivumi-analysis audit: error: --runs-per-task must be at least 1",
               file=sys.stderr)
         return EXIT_USAGE
-    if args.engine == "ray":
-        result = _run_ray_audit(paths, args.max_depth, args.runs_per_task)
-        if result is None:
-            return EXIT_USAGE
-    else:
-        result = _run_audit(paths, args.max_depth, cache=not args.no_cache,
-                            cache_dir=args.cache_dir, jobs=args.jobs)
+    try:
+        if args.engine == "ray" or args.runs_from:
+            result = _run_ray_audit(paths, args.max_depth, args.runs_per_task,
+                                    engine=args.engine, runs_from=args.runs_from,
+                                    jobs=args.jobs)
+            if result is None:
+                return EXIT_USAGE
+        else:
+            result = _run_audit(paths, args.max_depth, cache=not args.no_cache,
+                                cache_dir=args.cache_dir, jobs=args.jobs)
+    except SourceError as exc:  # object-storage sources are checked when listed
+        print(f"rivumi-analysis audit: error: {exc.message}"
+              + (f" (hint: {exc.hint})" if exc.hint else ""), file=sys.stderr)
+        return EXIT_USAGE
     if not result.runs:
         print(f"rivumi-analysis audit: no runs found below {', '.join(paths)}", file=sys.stderr)
     out = sys.stdout
@@ -216,25 +230,30 @@ def _run_audit(paths: list[str], max_depth: int, *, cache: bool = False,
             bar.close()
 
 
-def _run_ray_audit(paths: list[str], max_depth: int, runs_per_task: int) -> Any:
-    """The audit on Ray (``--engine ray``); the engine summary goes to stderr."""
-    try:
-        from .distributed import _ray
+def _run_ray_audit(paths: list[str], max_depth: int, runs_per_task: int, *,
+                   engine: str = "ray", runs_from: str | None = None,
+                   jobs: int | None = None) -> Any:
+    """The audit through ``distributed`` (``--engine ray`` or ``--runs-from``); a Ray engine
+    summary goes to stderr."""
+    if engine == "ray":
+        try:
+            from .distributed import _ray
 
-        _ray.require_ray()
-    except ImportError as exc:
-        print(f"rivumi-analysis audit: error: {exc}", file=sys.stderr)
-        return None
+            _ray.require_ray()
+        except ImportError as exc:
+            print(f"rivumi-analysis audit: error: {exc}", file=sys.stderr)
+            return None
     from .distributed import ChunkBar, audit
 
-    bar = ChunkBar(file=sys.stderr) if sys.stderr.isatty() else None
+    bar = ChunkBar(file=sys.stderr) if sys.stderr.isatty() and engine == "ray" else None
     try:
-        result = audit(paths, engine="ray", max_depth=max_depth, runs_per_task=runs_per_task,
-                       on_chunk=bar)
+        result = audit(None if runs_from else paths, engine=engine, max_depth=max_depth,
+                       runs_per_task=runs_per_task, on_chunk=bar, runs_from=runs_from,
+                       jobs=jobs)
     finally:
         if bar is not None:
             bar.close()
-    if result.summary is not None:
+    if getattr(result, "summary", None) is not None:
         print(f"rivumi-analysis: {result.summary.text()}", file=sys.stderr)
     return result
 

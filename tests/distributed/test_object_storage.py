@@ -163,3 +163,21 @@ def test_missing_uri_source_is_a_source_error(s3: Any) -> None:
         audit(f"{PREFIX}/example/{os.listdir(ROOT / 'sample_runs' / 'example')[0]}/events.jsonl",
               engine="process", jobs=1)
     assert err.value.code == "source_not_directory"
+
+
+def test_cli_reads_s3_sources_and_listings(s3: Any, expected: dict[str, Any], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from rivumi_analysis.cli import main
+
+    assert main(["audit", PREFIX, "--format", "json", "--no-cache", "--jobs", "1"]) == 0
+    assert json.loads(capsys.readouterr().out) == expected
+    listing = tmp_path / "runs.csv"
+    listing.write_text("path\n" + "\n".join(r["run_dir"] for r in expected["runs"]
+                                            if r["kind"] != "subagent") + "\n")
+    rc = main(["audit", "--runs-from", str(listing), "--format", "json", "--jobs", "1"])
+    got = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert got["runs"] == [r for r in expected["runs"] if r["kind"] != "subagent"]
+    assert main(["audit", f"s3://{BUCKET}/missing", "--no-cache"]) == 2
+    assert "source does not exist: s3://runs/missing" in capsys.readouterr().err
+    assert main(["audit", "x", "--runs-from", str(listing)]) == 2
