@@ -45,16 +45,16 @@ def test_sample_runs_equal_process_engine(ray_local: Any, sample_expected: str) 
 
 def test_corpus_equals_process_engine(ray_local: Any, corpus_2k: str) -> None:
     expected = local_audit(corpus_2k, jobs=2)
-    # 2,000 top-level runs plus the fork runs the corpus draws (each its own run directory)
-    runs = len(expected.runs)
-    assert runs >= 2000
+    n = len(expected.runs)
+    assert n >= 2000  # 2,000 generated runs plus the forks the corpus makes of some
     seen: list[tuple[int, int, int, int]] = []
     res = audit(corpus_2k, engine="ray", runs_per_task=128,
                 on_chunk=lambda *a: seen.append(a))
     assert as_json(res) == as_json(expected)
-    chunks = math.ceil(runs / 128)
-    assert len(seen) == chunks and [d for d, *_ in seen] == list(range(1, chunks + 1))
-    assert sum(n for _d, _t, n, _b in seen) == runs
+    chunks = math.ceil(n / 128)
+    assert [d for d, *_ in seen] == list(range(1, chunks + 1))
+    assert {t for _d, t, _n, _b in seen} == {chunks}
+    assert sum(r for _d, _t, r, _b in seen) == n
 
 
 def test_relative_paths_are_kept_as_given(ray_local: Any, monkeypatch: pytest.MonkeyPatch,
