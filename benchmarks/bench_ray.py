@@ -1,6 +1,6 @@
 """Ray engine vs the process pool on one corpus, in one run (the same machine state for both).
 
-    python -m rivumi_analysis.corpus --runs 10000 --target-mb 1000 --out /tmp/ray10k
+    python -m rivumi_analysis.synth.corpus --runs 10000 --target-mb 1000 --out /tmp/ray10k
     .venv/bin/python benchmarks/bench_ray.py /tmp/ray10k --reps 3
 
 Prints: the process engine's audit wall time (median and spread of ``--reps``, measured first,
@@ -35,7 +35,7 @@ def _spread(xs: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("corpus", help="a folder of runs (e.g. from rivumi_analysis.corpus)")
+    ap.add_argument("corpus", help="a folder of runs (e.g. from rivumi_analysis.synth.corpus)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--runs-per-task", type=int, default=256)
     ap.add_argument("--jobs", type=int, default=None, help="process engine workers")

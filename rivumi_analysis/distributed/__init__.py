@@ -128,12 +128,14 @@ def audit(source: Source | None = None, *, engine: str = "process",
                            cache=cache, cache_dir=cache_dir)
     found = _find(source, max_depth, runs_from)
     if engine == "process":
-        from .._cache import AuditCache, run_fleet
+        from ..audit import RECORDER, SCHEMA_VERSION
+        from ..read.cache import AuditCache, run_fleet
 
-        store = AuditCache(cache_dir) if (cache if cache is not None else cache_dir is not None
-                                          ) else None
+        use_cache = cache if cache is not None else cache_dir is not None
+        store = AuditCache(cache_dir, schema_version=SCHEMA_VERSION) if use_cache else None
         try:
-            records = run_fleet(found.runs, jobs=jobs, cache=store, progress=progress)
+            records = run_fleet(found.runs, recorder=RECORDER, jobs=jobs, cache=store,
+                                progress=progress)
         finally:
             if store is not None:
                 store.close()
@@ -149,12 +151,10 @@ def audit(source: Source | None = None, *, engine: str = "process",
 
 
 def _find(source: Source | None, max_depth: int, runs_from: str | None) -> Any:
-    from .._discovery import Discovery
-
     if runs_from is not None:
-        from .._uri import read_listing
+        from ..read.discovery import discover_listing
 
-        return Discovery(runs=read_listing(runs_from))
+        return discover_listing(runs_from)
     return discover(source, max_depth=max_depth)
 
 
@@ -254,7 +254,7 @@ def _task_kwargs(chunks: list[Chunk]) -> dict[str, Any]:
 
     kwargs: dict[str, Any] = {"fault": fault_from_env()}
     if any("://" in d for c in chunks for d in c.run_dirs):
-        from .._uri import registered_filesystems
+        from ..read.uri import registered_filesystems
 
         kwargs["filesystems"] = registered_filesystems()
     return kwargs

@@ -63,7 +63,7 @@ def audit_records(chunk: Chunk) -> list[dict[str, Any]]:
 def run_bytes(run_dir: str) -> int:
     """Bytes of the regular files at the top of a run folder (for progress only)."""
     if "://" in run_dir:
-        from .._uri import tree_bytes
+        from ..read.uri import tree_bytes
 
         return tree_bytes(run_dir)
     total = 0
@@ -87,9 +87,9 @@ AUDIT_RESULT_SCHEMA = pa.schema([
 
 
 def use_filesystems(filesystems: dict[str, Any] | None) -> None:
-    """Register the driver's object-storage filesystems in this worker (see ``_uri``)."""
+    """Register the driver's object-storage filesystems in this worker (see ``read.uri``)."""
     if filesystems:
-        from .._uri import register_filesystem
+        from ..read.uri import register_filesystem
 
         for prefix, fs in filesystems.items():
             register_filesystem(prefix, fs)

@@ -93,7 +93,7 @@ def normalize_sources(source: Source | None) -> tuple[list[str], str | None]:
 def _file_uri(path: str) -> str:
     """``file://`` sources are local paths (every local rule applies); other URIs stay."""
     if path.startswith("file://"):
-        from ._uri import file_uri_to_path
+        from .uri import file_uri_to_path
 
         return file_uri_to_path(path)
     return path
@@ -102,7 +102,7 @@ def _file_uri(path: str) -> str:
 def check_sources(paths: list[str]) -> None:
     """Raise :class:`SourceError` for a missing path or a regular file (usage errors)."""
     for p in paths:
-        if "://" in p:  # object storage: checked when it is listed (``_uri``)
+        if "://" in p:  # object storage: checked when it is listed (``uri``)
             continue
         try:
             st = os.stat(p)  # the given path itself may be a symlink: used as given
@@ -149,11 +149,21 @@ def discover(source: Source | None, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Di
             _walk(top, 0, max_depth, runs, skipped, seen, is_top=True)
     uris = [p for p in paths if "://" in p]
     if uris:
-        from ._uri import discover_uris
+        from .uri import discover_uris
 
-        discover_uris(uris, max_depth=max_depth, run_markers=RUN_MARKERS, runs=runs,
-                      skipped=skipped, seen=seen)
+        discover_uris(uris, max_depth=max_depth, run_markers=RUN_MARKERS,
+                      add_run=lambda d, sub, par: runs.append(RunLocation(d, sub, par)),
+                      add_skipped=lambda p, r: skipped.append(Skipped(p, r)), seen=seen)
     return Discovery(runs=runs, skipped=skipped, root_used=root_used)
+
+
+def discover_listing(listing: str) -> Discovery:
+    """The runs named in a listing file (Parquet or CSV with a ``path`` column, local or a
+    URI; see :func:`rivumi_analysis.read.uri.read_listing`), used as given: nothing is walked
+    or checked here, so millions of runs cost no per-run call."""
+    from .uri import read_listing
+
+    return Discovery(runs=[RunLocation(d, sub, par) for d, sub, par in read_listing(listing)])
 
 
 def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],

@@ -298,7 +298,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     the bytes just read. ``decoded_out``, when given, receives ``(lines, events)`` as decoded
     (before the kind-dependent warnings), for the cache to store.
     """
-    # object-storage runs (``s3://...``) read through ``_uri``; local paths as always
+    # object-storage runs (``s3://...``) read through ``read.uri``; local paths as always
     read_file, lstat_identity, _listing, _writer_lock = _io_for(run_dir)
     live_changed = True
     session_path = os.path.join(run_dir, "session.json")
@@ -367,7 +367,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
 
 def _io_for(run_dir: str) -> tuple[Any, Any, Any, Any]:
     if "://" in run_dir:
-        from ._uri import URI_IO as u
+        from .uri import URI_IO as u
 
         return u.read_file, u.lstat_identity, u.listing, u.writer_lock
     return _LOCAL_IO

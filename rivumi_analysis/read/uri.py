@@ -15,11 +15,11 @@ credentials. They are picklable, so the Ray engine hands them to its workers.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ._io import DEFAULT_READ_LIMIT, FileRead
+from .io import DEFAULT_READ_LIMIT, FileRead
 
 _READ_BLOCK = 8 * 1024 * 1024
 _registry: dict[str, Any] = {}
@@ -219,33 +219,34 @@ URI_IO = UriIO()
 # --- discovery ------------------------------------------------------------------------------
 
 def discover_uris(uris: Iterable[str], *, max_depth: int, run_markers: tuple[str, ...],
-                  runs: list[Any], skipped: list[Any], seen: set[str]) -> None:
-    """Walk URI sources like ``_discovery._walk`` walks folders (dot-names skipped, depth
-    bounded, subagents below a run); appends to ``runs`` and ``skipped``.
+                  add_run: Callable[[str, bool, str | None], None],
+                  add_skipped: Callable[[str, str], None], seen: set[str]) -> None:
+    """Walk URI sources like ``discovery._walk`` walks folders (dot-names skipped, depth
+    bounded, subagents below a run), reporting runs and skipped paths to the callbacks.
 
     Raises:
         SourceError: a source that does not exist or is an object, not a prefix.
     """
-    from ._discovery import RunLocation, Skipped
-    from .errors import SourceError
+    from ..errors import SourceError
 
     def walk(uri: str, depth: int, *, is_top: bool) -> None:
         entries = list_dir(uri)
         if entries is None:
-            skipped.append(Skipped(uri, "unreadable"))
+            add_skipped(uri, "unreadable")
             return
         if is_top and not entries:
             lone = read_file(uri, limit=0)
+            missing = lone.status == "missing"
             raise SourceError(
-                f"source does not exist: {uri}" if lone.status == "missing" else
+                f"source does not exist: {uri}" if missing else
                 f"source is not a directory: {uri}",
-                code="source_missing" if lone.status == "missing" else "source_not_directory",
+                code="source_missing" if missing else "source_not_directory",
                 where=uri, hint="a URI source is a prefix holding run folders")
         names = {n for n, _k in entries}
         if any(m in names for m in run_markers):
             if uri not in seen:
                 seen.add(uri)
-                runs.append(RunLocation(uri))
+                add_run(uri, False, None)
                 subs(uri, entries, 0)
             return
         for name, kind in entries:
@@ -254,11 +255,11 @@ def discover_uris(uris: Iterable[str], *, max_depth: int, run_markers: tuple[str
             child = _join(uri, name)
             if kind == "dir":
                 if depth + 1 > max_depth:
-                    skipped.append(Skipped(child, "depth_limit"))
+                    add_skipped(child, "depth_limit")
                 else:
                     walk(child, depth + 1, is_top=False)
             elif kind == "other":
-                skipped.append(Skipped(child, "not_regular"))
+                add_skipped(child, "not_regular")
 
     def subs(run_dir: str, entries: list[tuple[str, str]], depth: int) -> None:
         if ("subagents", "dir") not in entries:
@@ -266,25 +267,25 @@ def discover_uris(uris: Iterable[str], *, max_depth: int, run_markers: tuple[str
         sub = _join(run_dir, "subagents")
         children = list_dir(sub)
         if children is None:
-            skipped.append(Skipped(sub, "unreadable"))
+            add_skipped(sub, "unreadable")
             return
         for name, kind in children:
             if name.startswith(".") or kind != "dir":
                 if kind == "other" and not name.startswith("."):
-                    skipped.append(Skipped(_join(sub, name), "not_regular"))
+                    add_skipped(_join(sub, name), "not_regular")
                 continue
             child = _join(sub, name)
             if depth + 1 > max_depth:
-                skipped.append(Skipped(child, "depth_limit"))
+                add_skipped(child, "depth_limit")
                 continue
             grand = list_dir(child)
             if grand is None:
-                skipped.append(Skipped(child, "unreadable"))
+                add_skipped(child, "unreadable")
                 continue
             if child in seen:
                 continue
             seen.add(child)
-            runs.append(RunLocation(child, is_subagent=True, parent_run_dir=run_dir))
+            add_run(child, True, run_dir)
             subs(child, grand, depth + 1)
 
     for uri in uris:
@@ -293,18 +294,16 @@ def discover_uris(uris: Iterable[str], *, max_depth: int, run_markers: tuple[str
 
 # --- listing files --------------------------------------------------------------------------
 
-def read_listing(listing: str) -> list[Any]:
-    """Run locations from a listing file: Parquet (``.parquet``/``.pq``) or CSV with a ``path``
-    column (optional ``is_subagent`` and ``parent_run_dir`` columns), local or a URI.
-
-    Listed paths are used as given (like sources on the command line); they are not checked
-    here, so millions of runs cost no per-run call on the driver.
+def read_listing(listing: str) -> list[tuple[str, bool, str | None]]:
+    """``(run_dir, is_subagent, parent_run_dir)`` from a listing file: Parquet
+    (``.parquet``/``.pq``) or CSV with a ``path`` column (optional ``is_subagent`` and
+    ``parent_run_dir`` columns), local or a URI. Duplicates are dropped; ``file://`` paths
+    become local paths.
 
     Raises:
         SourceError: the file is unreadable or has no ``path`` column.
     """
-    from ._discovery import RunLocation
-    from .errors import SourceError
+    from ..errors import SourceError
 
     try:
         table = _read_table(listing)
@@ -322,12 +321,12 @@ def read_listing(listing: str) -> list[Any]:
                if "parent_run_dir" in table.column_names else [None] * len(paths))
     out = []
     seen: set[str] = set()
-    for p, s, par in zip(paths, subs, parents, strict=True):
+    for p, sub, par in zip(paths, subs, parents, strict=True):
         if not isinstance(p, str) or not p or p in seen:
             continue
         seen.add(p)
-        p = file_uri_to_path(p)
-        out.append(RunLocation(p, bool(s), par if isinstance(par, str) and par else None))
+        out.append((file_uri_to_path(p), bool(sub), par if isinstance(par, str) and par
+                    else None))
     return out
 
 
