@@ -121,15 +121,25 @@ def two_node_cluster(*, worker_cpus: int = 2) -> Iterator[dict[str, str]]:
             time.sleep(0.2)
         address = addr_file.read_text().strip()
         assert address.startswith(LOOPBACK + ":"), address
-        wlog = Path(tmp) / "worker.log"
-        procs.append(_start(["--address", address, "--num-cpus", str(worker_cpus),
+        # Ray gives a new node's raylet 30 s to register: on a busy machine that can fail,
+        # and then `ray start` exits; a second attempt is a new node
+        for attempt in (1, 2, 3):
+            wlog = Path(tmp) / f"worker-{attempt}.log"
+            worker = _start(["--address", address, "--num-cpus", str(worker_cpus),
                              "--resources", f'{{"rivumi_worker": {worker_cpus}}}', *common],
-                            wlog, env))
-        while "Ray runtime started" not in wlog.read_text(errors="replace"):
-            if procs[1].poll() is not None or time.monotonic() > deadline:
+                            wlog, env)
+            procs.append(worker)
+            deadline = time.monotonic() + 120
+            while "Ray runtime started" not in wlog.read_text(errors="replace"):
+                if worker.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            else:
+                break
+            _stop(worker)
+            if attempt == 3:
                 raise RuntimeError("worker node did not start: "
                                    + wlog.read_text(errors="replace"))
-            time.sleep(0.2)
         yield {**env, "RAY_ADDRESS": address}
     finally:
         for p in reversed(procs):
