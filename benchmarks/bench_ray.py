@@ -66,9 +66,19 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     import ray.data
 
-    init_s, _ = _timed(lambda: ray.init(
-        address="local", num_cpus=n_cpus, include_dashboard=False, logging_level="ERROR",
-        log_to_driver=False, _node_ip_address=args.node_ip))
+    def start() -> None:
+        for attempt in (1, 2, 3):  # Ray gives its raylet 30 s: a busy machine can miss it
+            try:
+                ray.init(address="local", num_cpus=n_cpus, include_dashboard=False,
+                         logging_level="ERROR", log_to_driver=False,
+                         _node_ip_address=args.node_ip)
+                return
+            except Exception:
+                ray.shutdown()
+                if attempt == 3:
+                    raise
+
+    init_s, _ = _timed(start)
     ray.data.DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.ERROR)
     ray_times = []
