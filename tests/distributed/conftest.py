@@ -41,7 +41,7 @@ def ray_local() -> Iterator[Any]:
     import ray
     import ray.data
 
-    for attempt in (1, 2):  # Ray waits only 30 s for its raylet: a busy machine can miss that
+    for attempt in (1, 2, 3):  # Ray waits only 30 s for its raylet: a busy machine misses it
         try:
             ray.init(address="local", num_cpus=2, include_dashboard=False,
                      object_store_memory=256 * 2**20, logging_level="ERROR",
@@ -49,7 +49,7 @@ def ray_local() -> Iterator[Any]:
             break
         except Exception:
             ray.shutdown()
-            if attempt == 2:
+            if attempt == 3:
                 raise
     try:
         ray.data.DataContext.get_current().enable_progress_bars = False
