@@ -106,6 +106,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     rl = sub.add_parser("relay", help="relayflowd run journals (durable-channel audit)")
     rl_sub = rl.add_subparsers(dest="relay_command", metavar="SUBCOMMAND", parser_class=_Parser)
+    rl.set_defaults(handler=lambda _args: (rl.print_help(sys.stderr), EXIT_USAGE)[1])
     ra = rl_sub.add_parser("audit", help="audit relayflowd journals (.sqlite3 with -wal, JSONL)")
     ra.add_argument("paths", nargs="+", metavar="PATH", help="journal files or folders")
     ra.add_argument("--format", choices=("table", "json", "jsonl"), default=None,

@@ -69,6 +69,9 @@ def test_table_format(capsys, tmp_path):
 
 
 def test_usage_errors_before_output(capsys, tmp_path):
+    assert main(["relay"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and "audit" in cap.err
     assert main(["relay", "audit", str(tmp_path / "missing"), "--format", "json"]) == 2
     cap = capsys.readouterr()
     assert cap.out == "" and "does not exist" in cap.err

@@ -19,7 +19,7 @@ _LAZY = {
     "relay_entries_df": "tables", "relay_quarantine_df": "tables", "relay_attempts_df": "tables",
     "relay_channel_messages_df": "tables", "relay_channel_deliveries_df": "tables",
     "relay_channel_acks_df": "tables", "relay_channel_cursor_df": "tables",
-    "relay_violations_df": "tables",
+    "relay_violations_df": "tables", "channel_summary": "vectorised",
 }
 
 __all__ = ["Journal", "fold_journal", "journal_record", "load_journals", "relay_audit",

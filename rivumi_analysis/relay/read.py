@@ -390,7 +390,7 @@ def sqlite_row(pos: int, row: tuple[Any, ...], run_id: str, where: str
         except UnicodeDecodeError:
             return q("payload_invalid_json", "payload is a BLOB that is not UTF-8 text")
     if not isinstance(payload, str):
-        return q("bad_field_type", f"payload is {type(payload).__name__}, not TEXT")
+        return q("bad_field_type", f"payload is {_json_type(payload)}, not TEXT")
     fields = {"seq": seq, "segment_id": segment_id, "entry_type": entry_type,
               "run_id": run_id, "step_id": step_id, "attempt": attempt, "at_ms": at_ms}
     problem = _check_fields(fields)
