@@ -22,6 +22,7 @@ EXIT_OK, EXIT_FAIL_ON, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 # heavy; a test checks the two agree)
 TABLE_NAMES = ("runs", "events", "quarantine", "manifests", "tool_calls", "approvals",
                "model_calls", "usage", "verifications", "states", "drift", "forks",
+               "messages",
                "relay_entries", "relay_quarantine", "relay_attempts", "relay_channel_messages",
                "relay_channel_deliveries", "relay_channel_acks", "relay_channel_cursor",
                "relay_violations")
@@ -72,6 +73,18 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=("text", "json"), default="text",
                    help="text (default) or json; audit-record is always a JSON Schema")
     s.set_defaults(handler=cmd_schema)
+
+    q = sub.add_parser("search", help="regex over event text, tool arguments and messages")
+    q.add_argument("pattern", metavar="PATTERN", help="a regular expression")
+    q.add_argument("paths", nargs="*", metavar="PATH",
+                   help="run directories or folders of runs (default: the run root)")
+    q.add_argument("--tables", default="events,tool_calls,messages", metavar="T,...",
+                   help="which of events, tool_calls, messages to search (default: all)")
+    q.add_argument("-i", "--ignore-case", action="store_true", help="case-insensitive")
+    q.add_argument("--format", choices=("table", "json", "jsonl"), default=None,
+                   help="table when stdout is a terminal, else jsonl")
+    q.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
+    q.set_defaults(handler=cmd_search)
 
     c = sub.add_parser("codes", help="list every reason, warning, quarantine and skip code")
     c.set_defaults(handler=cmd_codes)
@@ -431,6 +444,36 @@ def cmd_schema(args: argparse.Namespace) -> int:
     sys.stdout.write(text.read_text(encoding="utf-8"))
     if not text.read_text(encoding="utf-8").endswith("\n"):
         sys.stdout.write("\n")
+    return EXIT_OK
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    paths, err = _resolve_paths(args.paths)
+    if err:
+        print(f"rivumi-analysis search: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    from .search import search
+
+    tables = [t.strip() for t in args.tables.split(",") if t.strip()]
+    try:
+        hits = search(paths, args.pattern, tables=tables, ignore_case=args.ignore_case,
+                      max_depth=args.max_depth)
+    except ValueError as exc:
+        print(f"rivumi-analysis search: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    fmt = args.format or ("table" if sys.stdout.isatty() else "jsonl")
+    rows = hits.to_dicts()
+    if fmt == "json":
+        print(json.dumps(rows, ensure_ascii=False, indent=1))
+    elif fmt == "jsonl":
+        for r in rows:
+            print(json.dumps(r, ensure_ascii=False, separators=(",", ":")))
+    else:
+        for r in rows:
+            where = f"seq {r['sequence']}" if r["sequence"] is not None else "session.json"
+            print(f"{_short(r['run_dir'], 50)}  {r['table']}.{r['column']}  {where}  "
+                  f"{r['snippet']}")
+        print(f"\n{len(rows)} match(es)", file=sys.stderr)
     return EXIT_OK
 
 

@@ -69,6 +69,9 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           "(run, manifest field): replayed final state vs session.json", ("run_dir", "field")),
     Table("forks", schemas.ForksSchema, "fork link, or candidate fork point",
           ("row_kind", "run_dir", "sequence")),
+    Table("messages", schemas.MessagesSchema,
+          "transcript message (session.json messages, and the log's model/tool exchanges)",
+          ("run_dir", "source", "position", "line_no")),
     # relayflowd journals (issue 14): rivumi_analysis.relay.tables
     Table("relay_entries", schemas.RelayEntriesSchema,
           "accepted relayflowd journal entry, with applied and the rules it broke",

@@ -1021,3 +1021,72 @@ class RelayViolationsSchema(_Base):
                          isin=list(RELAY_RULES))
     entry_type: pl.Utf8 = _col("Type of the entry at that seq.", "entries.entry_type")
     message: pl.Utf8 = _col("The kernel's error text and the values involved.", "derived")
+
+
+class MessagesSchema(_Base):
+    """``messages_df``: one row per transcript message (session.json messages and the log's
+    model/tool exchanges)."""
+
+    run_dir: pl.Utf8 = _col(_RUN_DIR, "discovery")
+    run_id: pl.Utf8 = _col(_RUN_ID, _RUN_ID_SRC, nullable=True)
+    source: pl.Utf8 = _col(
+        "session.json (the conversation the runner would resend, after compaction, full "
+        "text) or events (what the log keeps of each exchange: clipped texts, with usage).",
+        "derived", isin=["session.json", "events"])
+    position: pl.Int64 = _col("Index in session.json messages (source session.json).",
+                              "session.json messages[i]", COUNT, nullable=True, ge=0)
+    sequence: pl.Int64 = _col("Sequence of the event (source events).", "events.jsonl sequence",
+                              SEQ, nullable=True, ge=0)
+    line_no: pl.Int64 = _col("Physical line of the event (source events).",
+                             "events.jsonl position", "line number (1-based)", nullable=True,
+                             ge=1)
+    created_at: UTC_US = _col("Timestamp of the event (session.json items have none).",
+                              "events.jsonl created_at", TS, nullable=True)
+    step: pl.Int64 = _col("Model step the message belongs to (source events).",
+                          "events.jsonl model.completed / model.requested data.step", COUNT,
+                          nullable=True)
+    item: pl.Utf8 = _col(
+        "What the row is: message, tool_observation, injected_context (session.json); "
+        "model.completed, tool.completed, loop.wind_down_completed, thinking.healed, or an "
+        "external run's message (events).", "derived",
+        isin=["message", "tool_observation", "injected_context", "model.completed",
+              "tool.completed", "loop.wind_down_completed", "thinking.healed"])
+    role: pl.Utf8 = _col("system, user, assistant, tool (an observation) or context "
+                         "(injected context).", "session.json messages[].role / derived",
+                         nullable=True)
+    content: pl.Utf8 = _col(
+        "The text: message content, observation content, model reply, tool preview.",
+        "session.json messages[].content / model.completed content / tool.completed preview",
+        nullable=True)
+    content_clipped: pl.Boolean = _col(
+        "The runner clipped the text (its 'output truncated' marker is inside; §4.4).",
+        "derived")
+    tool_calls: pl.List(pl.Utf8) = _col("Names of the tools the assistant asked for, in order.",
+                                        "messages[].tool_calls[].name / model.completed "
+                                        "tool_calls")
+    tool_call_ids: pl.List(pl.Utf8) = _col("Ids of those calls (join tool_calls_df; "
+                                           "session.json only).",
+                                           "messages[].tool_calls[].tool_call_id")
+    tool_calls_json: pl.Utf8 = _col(
+        "The assistant's tool calls with their arguments, as JSON text (session.json only; "
+        "the log has the arguments in tool_calls_df).", "session.json messages[].tool_calls",
+        nullable=True)
+    tool_call_id: pl.Utf8 = _col("The call an observation answers.",
+                                 "messages[].tool_call_id / tool.completed tool_call_id",
+                                 nullable=True)
+    tool_name: pl.Utf8 = _col("Tool of the observation.", "messages[].name / tool.completed "
+                              "name", nullable=True)
+    ok: pl.Boolean = _col("The observed tool call succeeded.", "messages[].ok / tool.completed "
+                          "ok", nullable=True)
+    error: pl.Utf8 = _col("Error text of the observation.", "messages[].error / tool.completed "
+                          "error", nullable=True)
+    context_source: pl.Utf8 = _col("Where injected context came from (history_summary_"
+                                   "fallback, context_provider:<name>, ...).",
+                                   "session.json messages[].source", nullable=True)
+    input_tokens: pl.Int64 = _tok("Input tokens of the model call that produced the reply "
+                                  "(model.completed rows).", "model.completed usage",
+                                  nullable=True)
+    output_tokens: pl.Int64 = _tok("Output tokens of that call.", "model.completed usage",
+                                   nullable=True)
+    total_tokens: pl.Int64 = _tok("Total tokens of that call (= model_calls_df.total_tokens).",
+                                  "model.completed usage", nullable=True)

@@ -1,0 +1,150 @@
+"""``messages_df``: the transcript: one row per model request/response message the logs carry.
+
+Two sources, told apart by ``source``:
+
+* ``session.json``: every item of the manifest's ``messages`` (system and user prompts,
+  assistant replies with their tool calls, tool observations, injected context), as the runner
+  would resend them — after any history compaction (docs/run-format.md §6.2, §11.2);
+* ``events``: what the log keeps of each exchange, also for runs without a manifest and for
+  items compaction dropped: ``model.completed`` (assistant content, tool call names, usage),
+  ``tool.completed`` (the observation preview), ``loop.wind_down_completed``,
+  ``thinking.healed``, and the ``message`` events of external runs. Event texts are clipped by
+  the runner (2,000 bytes for content and previews, §4.4): ``content_clipped`` says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import polars as pl
+
+from ._discovery import DEFAULT_MAX_DEPTH
+from ._frames import _bool, _int, _str, frame, load, usage_columns
+from ._snapshot import RunData
+
+__all__ = ["messages_df", "messages_frame"]
+
+_CLIP_MARKER = "... output truncated ("
+_EVENT_TEXT = {  # event type -> (item, role, data key holding the text)
+    "model.completed": ("model.completed", "assistant", "content"),
+    "tool.completed": ("tool.completed", "tool", "preview"),
+    "loop.wind_down_completed": ("loop.wind_down_completed", "assistant", "content"),
+    "thinking.healed": ("thinking.healed", "assistant", "text"),
+}
+
+
+def _row(run: RunData, source: str, item: str, role: str | None, **cols: Any) -> dict[str, Any]:
+    row = dict.fromkeys(_COLUMNS)
+    row.update(run_dir=run.run_dir, run_id=run.run_id, source=source, item=item, role=role,
+               tool_calls=[], tool_call_ids=[])
+    row.update(cols)
+    content = row.get("content")
+    row["content_clipped"] = isinstance(content, str) and _CLIP_MARKER in content
+    return row
+
+
+def _manifest_rows(run: RunData) -> list[dict[str, Any]]:
+    m = run.manifest if isinstance(run.manifest, dict) else {}
+    items = m.get("messages")
+    if not isinstance(items, list):
+        return []
+    rows = []
+    for i, it in enumerate(items):
+        if not isinstance(it, dict):
+            continue
+        content = _str(it.get("content"))
+        if "role" in it:
+            calls = it.get("tool_calls") if isinstance(it.get("tool_calls"), list) else []
+            calls = [c for c in calls if isinstance(c, dict)]
+            rows.append(_row(
+                run, "session.json", "message", _str(it.get("role")), position=i,
+                content=content, tool_calls=[c["name"] for c in calls
+                                             if isinstance(c.get("name"), str)],
+                tool_call_ids=[c["tool_call_id"] for c in calls
+                               if isinstance(c.get("tool_call_id"), str)],
+                tool_calls_json=json.dumps(calls, ensure_ascii=False, sort_keys=True,
+                                           separators=(",", ":")) if calls else None))
+        elif "item_type" in it:
+            rows.append(_row(run, "session.json", "injected_context", "context", position=i,
+                             content=content, context_source=_str(it.get("source"))))
+        elif "ok" in it:
+            rows.append(_row(run, "session.json", "tool_observation", "tool", position=i,
+                             content=content, tool_call_id=_str(it.get("tool_call_id")),
+                             tool_name=_str(it.get("name")), ok=_bool(it.get("ok")),
+                             error=_str(it.get("error"))))
+    return rows
+
+
+def _event_rows(run: RunData) -> list[dict[str, Any]]:
+    rows = []
+    step = None
+    for e in run.events:
+        d = e.data
+        et = e.event_type
+        if et == "model.requested":
+            step = _int(d.get("step"))
+            continue
+        if run.kind == "external":
+            if et == "message":
+                rows.append(_row(run, "events", "message", "assistant", sequence=e.sequence,
+                                 line_no=e.line_no, created_at=e.created_at, content=e.text))
+            continue
+        spec = _EVENT_TEXT.get(et)
+        if spec is None:
+            continue
+        item, role, key = spec
+        cols: dict[str, Any] = {"sequence": e.sequence, "line_no": e.line_no,
+                                "created_at": e.created_at, "content": _str(d.get(key)),
+                                "step": _int(d.get("step")) if et == "model.completed" else step}
+        if et == "model.completed":
+            names = d.get("tool_calls") if isinstance(d.get("tool_calls"), list) else []
+            cols["tool_calls"] = [n for n in names if isinstance(n, str)]
+            u = usage_columns(d.get("usage"))
+            cols.update(input_tokens=u["input_tokens"], output_tokens=u["output_tokens"],
+                        total_tokens=u["total_tokens"])
+        elif et == "tool.completed":
+            cols.update(tool_call_id=_str(d.get("tool_call_id")), tool_name=_str(d.get("name")),
+                        ok=_bool(d.get("ok")), error=_str(d.get("error")))
+        rows.append(_row(run, "events", item, role, **cols))
+    return rows
+
+
+def messages_frame(runs: Iterable[RunData]) -> pl.DataFrame:
+    from .schemas import MessagesSchema
+
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        rows += _manifest_rows(run)
+        rows += _event_rows(run)
+    return frame(rows, MessagesSchema)
+
+
+def messages_df(source: Any = None, *, strict: bool = False,
+                max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
+    """One row per transcript message: the manifest's conversation and the log's exchanges.
+
+    Args:
+        source: a run directory, a folder of runs, a list of either, or a fleet from
+            :func:`rivumi_analysis.load_fleet`; ``None`` uses the default run root.
+        strict: raise :class:`~rivumi_analysis.errors.QuarantineError` if any line was
+            quarantined.
+        max_depth: how many folder levels to descend looking for runs.
+
+    Returns:
+        An eager polars DataFrame validated by :class:`rivumi_analysis.schemas.MessagesSchema`.
+
+    >>> df = messages_df("tests/fixtures/example")
+    >>> sorted(set(df["source"]))
+    ['events', 'session.json']
+    >>> df.filter(pl.col("source") == "session.json")["role"].head(2).to_list()
+    ['system', 'user']
+    """
+    return load(source, strict=strict, max_depth=max_depth, builder=messages_frame)
+
+
+_COLUMNS = ("run_dir", "run_id", "source", "position", "sequence", "line_no", "created_at",
+            "step", "item", "role", "content", "content_clipped", "tool_calls",
+            "tool_call_ids", "tool_calls_json", "tool_call_id", "tool_name", "ok", "error",
+            "context_source", "input_tokens", "output_tokens", "total_tokens")

@@ -1,0 +1,118 @@
+"""``search``: a regular expression over event text, tool arguments and transcript messages.
+
+>>> hits = search("tests/fixtures/example", r"def add")
+>>> sorted(set(hits["table"]))[:1], hits.columns[:4]
+(['events'], ['run_dir', 'run_id', 'table', 'sequence'])
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import polars as pl
+
+from ._discovery import DEFAULT_MAX_DEPTH
+
+__all__ = ["search", "SEARCH_TABLES"]
+
+# table -> the text columns searched (their order is the order hits are reported in)
+SEARCH_TABLES: dict[str, tuple[str, ...]] = {
+    "events": ("text", "data"),
+    "tool_calls": ("arguments",),
+    "messages": ("content", "tool_calls_json", "error"),
+}
+_SNIPPET = 60
+
+SCHEMA = {"run_dir": pl.Utf8, "run_id": pl.Utf8, "table": pl.Utf8, "sequence": pl.Int64,
+          "line_no": pl.Int64, "column": pl.Utf8, "snippet": pl.Utf8}
+
+
+def _snippet(text: str, rx: re.Pattern[str]) -> str:
+    m = rx.search(text)
+    if m is None:  # polars and Python regex dialects can differ on exotic patterns
+        return text[:2 * _SNIPPET]
+    a, b = max(0, m.start() - _SNIPPET), min(len(text), m.end() + _SNIPPET)
+    out = text[a:b].replace("\n", "⏎")
+    return ("…" if a else "") + out + ("…" if b < len(text) else "")
+
+
+def search(source: Any, pattern: str, *, tables: tuple[str, ...] | list[str] | None = None,
+           ignore_case: bool = False, max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
+    """Every place ``pattern`` (a regular expression) matches, one row per (row, column).
+
+    Args:
+        source: run directories, folders of runs, or a fleet from ``load_fleet``.
+        pattern: a regular expression (Rust ``regex`` syntax as polars uses; Python-style
+            patterns without look-around work the same).
+        tables: which of ``events`` (text and exact data JSON, which includes tool
+            arguments and previews), ``tool_calls`` (exact argument JSON) and ``messages``
+            (transcript content and tool calls) to search; default all three.
+        ignore_case: match case-insensitively.
+        max_depth: discovery depth limit.
+
+    Returns:
+        A DataFrame with ``run_dir``, ``run_id``, ``table``, ``sequence`` (of the event; for
+        tool calls the request, for session.json messages null), ``line_no``, ``column`` and
+        ``snippet`` (the match with up to 60 characters around it).
+
+    Raises:
+        ValueError: an unknown table name or an invalid pattern.
+    """
+    names = tuple(tables) if tables else tuple(SEARCH_TABLES)
+    unknown = sorted(set(names) - set(SEARCH_TABLES))
+    if unknown:
+        raise ValueError(f"unknown table(s) {', '.join(unknown)}; choose from "
+                         f"{', '.join(SEARCH_TABLES)}")
+    flags = "(?i)" if ignore_case else ""
+    try:
+        rx = re.compile(pattern, re.I if ignore_case else 0)
+    except re.error as exc:
+        raise ValueError(f"invalid pattern {pattern!r}: {exc}") from None
+    from ._snapshot import Fleet, load_fleet
+
+    fleet = source if isinstance(source, Fleet) else load_fleet(source, max_depth=max_depth)
+    parts = []
+    for name in names:
+        df = _table(name, fleet)
+        for col in SEARCH_TABLES[name]:
+            if col not in df.columns:
+                continue
+            try:
+                hit = df.filter(pl.col(col).str.contains(flags + pattern))
+            except pl.exceptions.ComputeError as exc:
+                raise ValueError(f"invalid pattern {pattern!r}: {exc}") from None
+            if hit.is_empty():
+                continue
+            parts.append(hit.select(
+                "run_dir", "run_id", pl.lit(name).alias("table"),
+                _seq_expr(name).alias("sequence"), _line_expr(name).alias("line_no"),
+                pl.lit(col).alias("column"),
+                pl.col(col).map_elements(lambda t: _snippet(t, rx), return_dtype=pl.Utf8)
+                .alias("snippet")))
+    if not parts:
+        return pl.DataFrame(schema=SCHEMA)
+    return pl.concat(parts).cast(SCHEMA).sort("run_dir", "table", "sequence", nulls_last=True,
+                                              maintain_order=True)
+
+
+def _table(name: str, fleet: Any) -> pl.DataFrame:
+    if name == "events":
+        from .events import events_df
+
+        return events_df(fleet)
+    if name == "tool_calls":
+        from .tool_calls import tool_calls_df
+
+        return tool_calls_df(fleet)
+    from .messages import messages_df
+
+    return messages_df(fleet)
+
+
+def _seq_expr(name: str) -> pl.Expr:
+    return pl.col("requested_sequence") if name == "tool_calls" else pl.col("sequence")
+
+
+def _line_expr(name: str) -> pl.Expr:
+    return pl.lit(None, dtype=pl.Int64) if name == "tool_calls" else pl.col("line_no")

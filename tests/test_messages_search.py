@@ -1,0 +1,98 @@
+"""messages_df (the transcript) and search (regex over events, tool arguments, messages)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import polars as pl
+import pytest
+
+import rivumi_analysis as ra
+from rivumi_analysis import cli
+from rivumi_analysis.messages import messages_df
+from rivumi_analysis.search import search
+from tests.conftest import EXAMPLE_DIR, SAMPLE_RUNS
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Any:
+    return ra.load_fleet(str(SAMPLE_RUNS))
+
+
+def test_manifest_messages_are_complete_and_in_order(fleet: Any) -> None:
+    df = messages_df(fleet)
+    run = str(SAMPLE_RUNS / "completed" / "b7423824b1fa434fb77cea7738a4d5e2")
+    manifest = json.loads((SAMPLE_RUNS / "completed" / "b7423824b1fa434fb77cea7738a4d5e2"
+                           / "session.json").read_text("utf-8"))["messages"]
+    rows = df.filter((pl.col("run_dir") == run) & (pl.col("source") == "session.json"))
+    assert rows["position"].to_list() == list(range(len(manifest)))
+    for row, item in zip(rows.iter_rows(named=True), manifest, strict=True):
+        assert row["content"] == item.get("content")
+        if "role" in item:
+            assert row["role"] == item["role"]
+            calls = item.get("tool_calls") or []
+            assert row["tool_calls"] == [c["name"] for c in calls]
+            assert (json.loads(row["tool_calls_json"]) if calls else []) == calls
+        else:
+            assert row["role"] == "tool" and row["ok"] == item["ok"]
+            assert row["tool_call_id"] == item["tool_call_id"]
+
+
+def test_event_messages_carry_usage_and_match_model_calls(fleet: Any) -> None:
+    df = messages_df(fleet).filter(pl.col("item") == "model.completed")
+    calls = ra.model_calls_df(fleet).filter(pl.col("outcome") == "completed")
+    assert df.height == calls.height
+    per = [d.group_by("run_dir").agg(pl.col("total_tokens").sum(), pl.len().alias("n"),
+                                     pl.col("tool_calls").list.len().sum().alias("names"))
+           .sort("run_dir") for d in (df, calls)]
+    assert per[0].equals(per[1])
+
+
+def test_compacted_runs_keep_the_dropped_exchanges_in_events(fleet: Any) -> None:
+    df = messages_df(fleet)
+    compacted = df.filter(pl.col("context_source") == "history_summary_fallback")["run_dir"]
+    assert compacted.len() > 0
+    for run in compacted.unique().to_list():
+        r = df.filter(pl.col("run_dir") == run)
+        manifest = r.filter((pl.col("source") == "session.json") & (pl.col("role") == "tool"))
+        logged = r.filter(pl.col("item") == "tool.completed")
+        assert logged.height > manifest.height  # the log still has what compaction dropped
+
+
+def test_external_runs_have_messages(fleet: Any) -> None:
+    df = messages_df(fleet)
+    ext = ra.runs_df(fleet).filter(pl.col("kind") == "external")["run_dir"]
+    got = df.filter(pl.col("run_dir").is_in(ext.implode()))
+    assert got.height >= ext.len() and (got["source"] == "events").all()
+
+
+def test_search_finds_every_table_with_location_and_snippet(fleet: Any) -> None:
+    hits = search(fleet, r"Unknown tool 'save_memory'")
+    assert set(hits["table"]) >= {"events", "messages"}
+    ev = hits.filter(pl.col("table") == "events").row(0, named=True)
+    events = ra.events_df(fleet)
+    line = events.filter((pl.col("run_dir") == ev["run_dir"])
+                         & (pl.col("line_no") == ev["line_no"])).row(0, named=True)
+    assert line["sequence"] == ev["sequence"] and "Unknown tool" in line["data"]
+    assert "Unknown tool 'save_memory'" in ev["snippet"]
+    assert search(fleet, "unknown TOOL 'SAVE", ignore_case=True).height == hits.height
+    assert search(fleet, "unknown TOOL 'SAVE").height == 0
+    only = search(fleet, r"Unknown tool 'save_memory'", tables=["messages"])
+    assert set(only["table"]) == {"messages"}
+
+
+def test_search_refuses_bad_input_readably() -> None:
+    with pytest.raises(ValueError, match="unknown table"):
+        search(str(EXAMPLE_DIR), "x", tables=["nope"])
+    with pytest.raises(ValueError, match="invalid pattern"):
+        search(str(EXAMPLE_DIR), "(")
+
+
+def test_search_cli(capsys) -> None:
+    assert cli.main(["search", "def add", str(EXAMPLE_DIR), "--format", "jsonl"]) == 0
+    rows = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
+    assert rows and all(r["run_id"] == EXAMPLE_DIR.name for r in rows)
+    assert {"run_dir", "sequence", "snippet", "table", "column"} <= set(rows[0])
+    assert cli.main(["search", "(", str(EXAMPLE_DIR)]) == 2
+    assert "invalid pattern" in capsys.readouterr().err
