@@ -58,7 +58,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
     Table("approvals", schemas.ApprovalsSchema,
           "approval request (resolved / reused / abandoned / open)", ("run_dir", "request_id")),
     Table("model_calls", schemas.ModelCallsSchema,
-          "model step (model.requested and what followed)", ("run_dir", "requested_sequence")),
+          "model step (model.requested and what followed)", ("run_dir", "requested_line_no")),
     Table("usage", schemas.UsageSchema, "model-usage record (one model call, any lane)",
           ("run_dir", "index")),
     Table("verifications", schemas.VerificationsSchema, "final-verification check",

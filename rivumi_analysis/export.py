@@ -137,6 +137,7 @@ def _relative(path: str | None, tops: list[str]) -> str | None:
     if path is None:
         return None
     for i, top in enumerate(tops):
+        top = os.path.realpath(top)  # run_dir starts with the resolved source (discovery)
         norm = os.path.normpath(top)
         if path == top or path.startswith(top.rstrip(os.sep) + os.sep) or path == norm:
             rel = relative_run_dir(path, top)

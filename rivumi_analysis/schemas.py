@@ -51,9 +51,10 @@ class _Base(pa.DataFrameModel):
 
 
 # shared wording ---------------------------------------------------------------------------
-_RUN_DIR = ("The run directory as the toolkit reached it: the path you passed, joined with the "
-            "folders below it (not resolved). With run_id it locates the run; join other "
-            "tables to runs_df on it.")
+_RUN_DIR = ("The run's key: its directory as an absolute path (the source you passed, resolved, "
+            "joined with the folders below it; a subagent's is <parent run_dir>/subagents/<id>, "
+            "so it includes its parent). The same run typed two ways has one run_dir. Unique "
+            "per run; join any table to runs_df on it (run_id is not unique).")
 _RUN_ID = ("The run's id: session.json run_id, else the first run_id of its events, else "
            "checkpoint.json run_id (null for external runs without one). Not unique across a "
            "fleet: a subagent id can repeat under two parents; use run_dir to join.")
@@ -72,8 +73,13 @@ class RunsSchema(_Base):
 
     schema_version: pl.Int64 = _col(
         "Version of the audit record layout (always 1).", "toolkit constant", eq=1)
-    run_dir: pl.Utf8 = _col(_RUN_DIR, "discovery (the path given + folders walked)",
+    run_dir: pl.Utf8 = _col(_RUN_DIR, "discovery (the path given, resolved, + folders walked)",
                             unique=True)
+    run_path: pl.Utf8 = _col(
+        "run_dir relative to the source it was found under (portable: the same on any "
+        "machine for the same folder layout), e.g. completed/<id> or <id>/subagents/<agent>; "
+        "the run's directory name when the source was the run itself.",
+        "derived: run_dir relative to the source root")
     run_id: pl.Utf8 = _col(_RUN_ID, _RUN_ID_SRC, nullable=True)
     kind: pl.Utf8 = _col(_KIND, _KIND_SRC, nullable=True, isin=_KINDS)
     verdict: pl.Utf8 = _col(
@@ -463,9 +469,11 @@ class ModelCallsSchema(_Base):
     run_id: pl.Utf8 = _col(_RUN_ID, _RUN_ID_SRC, nullable=True)
     step: pl.Int64 = _col("Step number (1-based, cumulative over the run directory).",
                           "events.jsonl model.requested data.step", COUNT, nullable=True)
-    requested_sequence: pl.Int64 = _col("Sequence of model.requested; with run_dir it "
-                                        "identifies the call.", "events.jsonl model.requested",
-                                        SEQ)
+    requested_sequence: pl.Int64 = _col("Sequence of model.requested.",
+                                        "events.jsonl model.requested", SEQ)
+    requested_line_no: pl.Int64 = _col(
+        "Physical line of model.requested; with run_dir it identifies the call even in a "
+        "log whose sequences repeat.", "events.jsonl position", "line number (1-based)", ge=1)
     completed_sequence: pl.Int64 = _col("Sequence of model.completed or model.failed.",
                                         "events.jsonl", SEQ, nullable=True)
     requested_at: UTC_US = _col("created_at of model.requested.", "events.jsonl", TS,

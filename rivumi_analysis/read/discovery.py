@@ -23,14 +23,20 @@ class RunLocation:
     """A run directory found by discovery.
 
     Attributes:
-        run_dir: the path as given joined with the path below it (never resolved).
+        run_dir: absolute: the source path given, resolved (symlinks in it followed once,
+            as a user's shell would), joined with the path below it (never resolved: below
+            the source no symlink is followed). So the same run typed two ways
+            (``runs/a``, ``./runs/a/``, an absolute path) has one ``run_dir``.
         is_subagent: found inside a parent's ``subagents/`` folder.
         parent_run_dir: the parent run's ``run_dir`` for subagents.
+        source_root: the folder ``run_dir`` is relative to (the resolved source; its parent
+            when the source is itself a run): ``run_path`` in the tables.
     """
 
     run_dir: str
     is_subagent: bool = False
     parent_run_dir: str | None = None
+    source_root: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +152,8 @@ def discover(source: Source | None, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Di
     seen: set[str] = set()
     for top in paths:
         if "://" not in top:
-            _walk(top, 0, max_depth, runs, skipped, seen, is_top=True)
+            root = os.path.realpath(top)
+            _walk(root, 0, max_depth, runs, skipped, seen, is_top=True, source_root=root)
     uris = [p for p in paths if "://" in p]
     if uris:
         from .uri import discover_uris
@@ -167,7 +174,7 @@ def discover_listing(listing: str) -> Discovery:
 
 
 def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
-          skipped: list[Skipped], seen: set[str], *, is_top: bool) -> None:
+          skipped: list[Skipped], seen: set[str], *, is_top: bool, source_root: str) -> None:
     entries = _entries(path)
     if entries is None:
         skipped.append(Skipped(path, "unreadable"))
@@ -176,8 +183,11 @@ def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
     if _is_run_dir(names):
         if path not in seen:
             seen.add(path)
-            runs.append(RunLocation(path))
-            _walk_subagents(path, entries, runs, skipped, seen, depth=0, max_depth=max_depth)
+            # a source that is itself a run: its path is relative to the folder holding it
+            root = os.path.dirname(path) if is_top else source_root
+            runs.append(RunLocation(path, source_root=root))
+            _walk_subagents(path, entries, runs, skipped, seen, depth=0, max_depth=max_depth,
+                            source_root=root)
         return
     for e in entries:
         if e.name.startswith("."):
@@ -190,7 +200,8 @@ def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
             if depth + 1 > max_depth:
                 skipped.append(Skipped(child, "depth_limit"))
             else:
-                _walk(child, depth + 1, max_depth, runs, skipped, seen, is_top=False)
+                _walk(child, depth + 1, max_depth, runs, skipped, seen, is_top=False,
+                      source_root=source_root)
         elif kind == "other":
             skipped.append(Skipped(child, "not_regular"))
         # regular files in a non-run folder are simply not runs
@@ -198,7 +209,7 @@ def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
 
 def _walk_subagents(run_dir: str, entries: list[os.DirEntry[str]], runs: list[RunLocation],
                     skipped: list[Skipped], seen: set[str], *, depth: int,
-                    max_depth: int) -> None:
+                    max_depth: int, source_root: str | None = None) -> None:
     sub = next((e for e in entries if e.name == "subagents"), None)
     if sub is None:
         return
@@ -235,8 +246,10 @@ def _walk_subagents(run_dir: str, entries: list[os.DirEntry[str]], runs: list[Ru
         if child in seen:
             continue
         seen.add(child)
-        runs.append(RunLocation(child, is_subagent=True, parent_run_dir=run_dir))
-        _walk_subagents(child, grand, runs, skipped, seen, depth=depth + 1, max_depth=max_depth)
+        runs.append(RunLocation(child, is_subagent=True, parent_run_dir=run_dir,
+                                source_root=source_root))
+        _walk_subagents(child, grand, runs, skipped, seen, depth=depth + 1, max_depth=max_depth,
+                        source_root=source_root)
 
 
 def _entry_kind(e: os.DirEntry[str]) -> str:
@@ -255,7 +268,7 @@ def _entry_kind(e: os.DirEntry[str]) -> str:
 def relative_run_dir(run_dir: str, top: str) -> str:
     """``run_dir`` relative to the source path it was found under (for redaction)."""
     try:
-        rel = os.path.relpath(run_dir, top)
+        rel = os.path.relpath(run_dir, os.path.realpath(top))
     except ValueError:
         return Path(run_dir).name
     return "." if rel == "." else rel

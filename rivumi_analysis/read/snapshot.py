@@ -107,6 +107,14 @@ class RunData:
     writer_lock_token: str | None
     writer_active: bool
     live_changed: bool
+    source_root: str | None = None  # discovery's RunLocation.source_root (run_path)
+
+    @property
+    def run_path(self) -> str:
+        """``run_dir`` relative to the source it was found under (its name when unknown)."""
+        if self.source_root:
+            return os.path.relpath(self.run_dir, self.source_root)
+        return os.path.basename(os.path.normpath(self.run_dir))
 
     @property
     def manifest_status(self) -> str:
@@ -156,14 +164,16 @@ def load_fleet(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEP
     with gc_paused():
         if progress is None:
             runs = [read_run(loc.run_dir, is_subagent=loc.is_subagent,
-                             parent_run_dir=loc.parent_run_dir) for loc in found.runs]
+                             parent_run_dir=loc.parent_run_dir, source_root=loc.source_root)
+                    for loc in found.runs]
         else:
             total = len(found.runs)
             progress(0, total)
             runs = []
             for loc in found.runs:
                 runs.append(read_run(loc.run_dir, is_subagent=loc.is_subagent,
-                                     parent_run_dir=loc.parent_run_dir))
+                                     parent_run_dir=loc.parent_run_dir,
+                                     source_root=loc.source_root))
                 progress(len(runs), total)
     return Fleet(runs=runs, skipped=found.skipped, root_used=found.root_used)
 
@@ -196,7 +206,8 @@ def stream_runs(source: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Iterator[
 def iter_runs(locations: list[RunLocation]) -> Iterator[RunData]:
     """Read runs one at a time, so memory is bounded by the largest run."""
     for loc in locations:
-        yield read_run(loc.run_dir, is_subagent=loc.is_subagent, parent_run_dir=loc.parent_run_dir)
+        yield read_run(loc.run_dir, is_subagent=loc.is_subagent, parent_run_dir=loc.parent_run_dir,
+                       source_root=loc.source_root)
 
 
 def _parse_json_doc(fr: FileRead) -> tuple[Any, str | None]:
@@ -287,7 +298,7 @@ def _writer_lock(run_dir: str) -> tuple[str | None, bool]:
 
 def read_run(run_dir: str, *, is_subagent: bool = False,
              parent_run_dir: str | None = None, events_prefix: Any = None,
-             decoded_out: list[Any] | None = None) -> RunData:
+             decoded_out: list[Any] | None = None, source_root: str | None = None) -> RunData:
     """Read one run directory into a :class:`RunData`. Never raises for bad content.
 
     A live run is re-read until ``session.json`` and ``events.jsonl`` were not replaced
@@ -361,7 +372,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
         result=result, checkpoint=checkpoint, backend_result=backend_result,
         lines=lines, events=events, events_bytes=events_bytes,
         events_status=ev.status, writer_lock_token=token, writer_active=held,
-        live_changed=live_changed,
+        live_changed=live_changed, source_root=source_root,
     )
 
 

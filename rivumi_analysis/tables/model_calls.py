@@ -24,7 +24,8 @@ def model_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
             if e.event_type == "model.requested":
                 current = {
                     "run_dir": run.run_dir, "run_id": run.run_id, "step": _int(d.get("step")),
-                    "requested_sequence": e.sequence, "requested_at": e.created_at,
+                    "requested_sequence": e.sequence, "requested_line_no": e.line_no,
+                    "requested_at": e.created_at,
                     "completed_sequence": None, "completed_at": None, "outcome": "incomplete",
                     "finish_reason": None, "tool_calls": [], "retries": 0, "fallbacks": 0,
                     "failure_kind": None, **usage_columns(None),

@@ -32,6 +32,7 @@ def runs_frame(runs: Iterable[RunData]) -> pl.DataFrame:
         result = run.result if isinstance(run.result, dict) else {}
         times = [e.created_at for e in run.events if e.created_at is not None]
         rec.update(
+            run_path=run.run_path,
             task_id=_str(m.get("task_id")), terminal=_bool(m.get("terminal")),
             step=_int(m.get("step")), repeat_count=_int(m.get("repeat_count")),
             last_action_fingerprint=_str(m.get("last_action_fingerprint")),

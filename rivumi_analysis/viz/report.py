@@ -159,7 +159,9 @@ def build_charts(tables: Tables, *, progress: Progress | None = None) -> dict[st
 
 # --------------------------------------------------------------------------- redaction
 def _norm(p: str) -> str:
-    return os.path.normpath(os.path.abspath(p))
+    # run_dir is the resolved source joined with the path below it (discovery), so the
+    # given PATH is resolved the same way before comparing
+    return os.path.realpath(p)
 
 
 def relative_run_dir(run_dir: str | None, sources: Sequence[str]) -> str | None:
