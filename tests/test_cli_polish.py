@@ -61,3 +61,14 @@ def test_live_runs_are_marked_in_the_table(tmp_path: Path, make_run, capsys) -> 
     assert "resumable (live)" in out and "1 live (being written)" in out
     assert cli.main(["audit", str(run), "--format", "table", "--no-cache"]) == 0
     assert "(live)" not in capsys.readouterr().out
+
+
+def test_python_api_expands_home_and_env_vars(tmp_path: Path, make_run, monkeypatch) -> None:
+    import rivumi_analysis as ra
+
+    run = Path(make_run())
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RA_RUNS", str(tmp_path))
+    for src in (f"~/{run.name}", f"$RA_RUNS/{run.name}", [f"~/{run.name}"]):
+        assert ra.runs_df(src)["run_dir"].to_list() == [str(run)]
+    assert ra.events_df(f"~/{run.name}").height == 50

@@ -92,8 +92,8 @@ def normalize_sources(source: Source | None) -> tuple[list[str], str | None]:
             )
         return [root], root
     if isinstance(source, (str, os.PathLike)):
-        return [_file_uri(os.fspath(source))], None
-    return [_file_uri(os.fspath(s)) for s in source], None
+        return [_file_uri(expand_path(source))], None
+    return [_file_uri(expand_path(s)) for s in source], None
 
 
 def _file_uri(path: str) -> str:
@@ -103,6 +103,16 @@ def _file_uri(path: str) -> str:
 
         return file_uri_to_path(path)
     return path
+
+
+def expand_path(path: str | os.PathLike[str]) -> str:
+    """A source path with ``~`` and ``$VARS`` expanded, as a shell would (also when quoted).
+
+    >>> import os; os.environ["RA_DOC_ROOT"] = "/runs"
+    >>> expand_path("$RA_DOC_ROOT/a"), expand_path("~/x") == os.path.expanduser("~/x")
+    ('/runs/a', True)
+    """
+    return os.path.expandvars(os.path.expanduser(os.fspath(path)))
 
 
 def check_sources(paths: list[str]) -> None:
