@@ -5,8 +5,9 @@ Layout (Hive-style, partitioned by table and run kind, never by run id)::
     OUT/_dataset.json                          schema version, tables, columns, row counts
     OUT/<table>/kind=<kind>/part-0.parquet     one file per (table, kind)
 
-Tables: ``runs``, ``events``, ``quarantine``, ``states``, ``tool_calls``, ``approvals``,
-``model_calls``, ``usage``. ``kind`` is ``native|fork|subagent|external`` (``unknown`` for a
+Tables: every run table (``runs``, ``events``, ``quarantine``, ``manifests``, ``states``,
+``tool_calls``, ``approvals``, ``model_calls``, ``usage``, ``verifications``, ``drift``,
+``forks``, ``messages``). ``kind`` is ``native|fork|subagent|external`` (``unknown`` for a
 run the toolkit failed on); a table with no rows gets one empty file under ``kind=none`` so
 its schema is still readable. Column types are limited to what all three engines read:
 Int64, Float64, Boolean, String, Binary, Timestamp(microseconds, UTC) and lists of those (no
@@ -33,8 +34,8 @@ from .read.discovery import DEFAULT_MAX_DEPTH, Source, normalize_sources
 SCHEMA_VERSION = 1
 """Version of the exported dataset's layout and columns (also in each file's metadata)."""
 
-TABLES = ("runs", "events", "quarantine", "states", "tool_calls", "approvals", "model_calls",
-          "usage")
+TABLES = ("runs", "events", "quarantine", "manifests", "states", "tool_calls", "approvals",
+          "model_calls", "usage", "verifications", "drift", "forks", "messages")
 MARKER = "_dataset.json"
 
 # String columns kept under --redact (codes, ids of runs, tool names, effects, decisions).
@@ -44,7 +45,7 @@ REDACT_KEEP_STRINGS = frozenset({
     "terminal_reason", "result_status", "result_terminal_reason", "event_type", "reason",
     "effect", "decision", "outcome", "name", "tool_calls", "finish_reason",
     "failure_kind", "source", "lane", "currency", "cost_source", "rejected",
-    "runner_generation",
+    "runner_generation", "row_kind", "field", "last_safe_before", "item", "role",
 })
 REDACT_RELATIVE = frozenset({"run_dir", "parent_run_dir", "file"})
 # Columns named like codes but holding free text in some table.
@@ -53,7 +54,15 @@ REDACT_DROP = {"approvals": frozenset({"policy_reason"})}
 
 def build_tables(runs: list[Any]) -> dict[str, Any]:
     """Every exported table, built from one list of ``RunData`` snapshots."""
-    from .tables import approvals, events, model_calls, tool_calls, usage
+    from .tables import (
+        approvals,
+        events,
+        manifests,
+        model_calls,
+        tool_calls,
+        usage,
+        verifications,
+    )
     from .tables import runs as runs_table
     from .tables._common import quarantine_frame
 
@@ -65,10 +74,18 @@ def build_tables(runs: list[Any]) -> dict[str, Any]:
         "approvals": approvals.approvals_frame(runs),
         "model_calls": model_calls.model_calls_frame(runs),
         "usage": usage.usage_frame(runs),
+        "manifests": manifests.manifests_frame(runs),
+        "verifications": verifications.verifications_frame(runs),
     }
+    from .tables.drift import drift_df
+    from .tables.forks import forks_df
+    from .tables.messages import messages_frame
     from .tables.states import states_df  # the same engine as the loader, not a copy of it
 
     tables["states"] = states_df(runs)
+    tables["drift"] = drift_df(runs)
+    tables["forks"] = forks_df(runs)
+    tables["messages"] = messages_frame(runs)
     return {t: tables[t] for t in TABLES if t in tables}
 
 

@@ -72,3 +72,19 @@ def test_python_api_expands_home_and_env_vars(tmp_path: Path, make_run, monkeypa
     for src in (f"~/{run.name}", f"$RA_RUNS/{run.name}", [f"~/{run.name}"]):
         assert ra.runs_df(src)["run_dir"].to_list() == [str(run)]
     assert ra.events_df(f"~/{run.name}").height == 50
+
+
+def test_export_writes_every_run_table(tmp_path: Path) -> None:
+    import json
+
+    from rivumi_analysis.dictionary import TABLES as DOCUMENTED
+    from rivumi_analysis.export import TABLES, export
+    from tests.conftest import SAMPLE_RUNS
+
+    assert set(TABLES) == {t for t in DOCUMENTED if not t.startswith("relay_")}
+    manifest = export(str(SAMPLE_RUNS / "forks"), str(tmp_path / "out"))
+    assert set(manifest["tables"]) == set(TABLES)
+    for table in ("forks", "drift", "manifests", "verifications", "messages"):
+        assert manifest["tables"][table]["rows"] > 0, table
+    on_disk = json.loads((tmp_path / "out" / "_dataset.json").read_text("utf-8"))
+    assert set(on_disk["tables"]) == set(TABLES)
