@@ -347,3 +347,7 @@ def describe(code: str) -> str:
         if code in family:
             return family[code]
     raise KeyError(code)
+
+
+class CostUnknownWarning(UserWarning):
+    """A helper summed cost while some rows' cost is unknown: the sum undercounts."""

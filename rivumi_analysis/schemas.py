@@ -205,6 +205,17 @@ class RunsSchema(_Base):
     max_total_tokens: pl.Int64 = _tok(
         "Token budget of the task (null: none); compare total_tokens.",
         "request.json limits.max_total_tokens", nullable=True)
+    repository: pl.Utf8 = _col(
+        "Path of the source repository the task ran against (on the machine that ran it).",
+        "request.json repository", nullable=True)
+    base_sha: pl.Utf8 = _col(
+        "Commit the task started from (40 hex); resume requires it to equal session.json "
+        "base_sha (manifests_df.base_sha), else reason request_mismatch.",
+        "request.json base_sha", nullable=True)
+    instruction_summary: pl.Utf8 = _col(
+        "The task's instruction: its first non-blank line, at most 160 characters ('…' when "
+        "cut). The full text is in request.json and in the first user message "
+        "(messages_df).", "request.json instruction (first line)", nullable=True)
     result_status: pl.Utf8 = _col(
         "Status in result.json (completed, failed, cancelled); null when the run never "
         "reached finish.", "result.json status", nullable=True)
@@ -420,6 +431,25 @@ class ToolCallsSchema(_Base):
     arguments_omitted: pl.Boolean = _col(
         "The logged arguments were replaced by the {omitted, utf8_bytes, sha256} stub because "
         "they were too large (§4.4).", "events.jsonl tool.requested data.arguments")
+    arguments: pl.Utf8 = _col(
+        "The call's arguments as the exact JSON text of the log line (the {omitted, "
+        "utf8_bytes, sha256} stub when arguments_omitted); null for unknown tools (no "
+        "tool.requested). Parse with pl.col('arguments').str.json_decode().",
+        "events.jsonl tool.requested data.arguments", nullable=True)
+    arguments_preview: pl.Utf8 = _col(
+        "arguments on one line, at most 80 characters ('…' when cut).", "derived", nullable=True)
+    arguments_bytes: pl.Int64 = _col(
+        "Size of the arguments: UTF-8 bytes of the logged JSON text, or the stub's utf8_bytes "
+        "(the runner's measure of the real arguments) when omitted.",
+        "derived / tool.requested data.arguments.utf8_bytes", BYTES, nullable=True, ge=0)
+    result_bytes: pl.Int64 = _col(
+        "Size of the tool's observation: UTF-8 bytes of tool.completed preview, plus the bytes "
+        "the runner clipped out of it (result_clipped); null when there is no preview (the "
+        "call did not run).", "derived: tool.completed data.preview", BYTES, nullable=True,
+        ge=0)
+    result_clipped: pl.Boolean = _col(
+        "The logged preview is clipped (the runner keeps 2,000 bytes, §4.4).",
+        "derived: tool.completed data.preview", nullable=True)
     duration_seconds: pl.Float64 = _col(
         "Execution time: completed_at - started_at (approval waits excluded).",
         "derived: tool.started / tool.completed created_at", SECONDS, nullable=True)
@@ -496,6 +526,23 @@ class ModelCallsSchema(_Base):
                              COUNT, ge=0)
     fallbacks: pl.Int64 = _col("model.fallback events during this step (the model switched).",
                                "events.jsonl model.fallback", COUNT, ge=0)
+    provider: pl.Utf8 = _col(
+        "Provider that served the call: the run's (run.created / session.resumed / "
+        "session.continued) unless a model.fallback in this step switched it (each step "
+        "starts again from the run's model). runs_df.provider_name names only the run's.",
+        "events.jsonl run.created/session.* data.provider, model.fallback data.to_provider",
+        nullable=True)
+    model: pl.Utf8 = _col(
+        "Model that served the call (after any fallback, as provider). Equals usage_df.model "
+        "of the call's primary-lane record.",
+        "events.jsonl run.created/session.* data.model, model.fallback data.to_model",
+        nullable=True)
+    requested_provider: pl.Utf8 = _col(
+        "Provider in use when the step began (differs from provider when this step fell back).",
+        "derived as provider, before this step's fallbacks", nullable=True)
+    requested_model: pl.Utf8 = _col(
+        "Model in use when the step began (differs from model when this step fell back).",
+        "derived as model, before this step's fallbacks", nullable=True)
     failure_kind: pl.Utf8 = _col("Provider error kind of model.failed (auth, rate_limit, ...).",
                                  "events.jsonl model.failed data.kind", nullable=True)
     input_tokens: pl.Int64 = _tok("Input tokens of this call (primary lane only).",
@@ -573,6 +620,9 @@ class UsageSchema(_Base):
         "runner that logged no cost): a plain sum undercounts.",
         "model_usage[].cost.total_cost, else input + cached_input + output cost", "currency",
         nullable=True)
+    cost_known: pl.Boolean = _col(
+        "total_cost is known for this call. Sum cost with usage.cost_by_model, which reports "
+        "the unknown share and warns.", "derived: total_cost is not null")
 
 
 class VerificationsSchema(_Base):

@@ -8,6 +8,8 @@ Each table's own logic (what a row is, how rows are built from events) lives in 
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
@@ -117,6 +119,63 @@ def usage_columns(u: Any) -> dict[str, int | None]:
 
 
 # --- quarantine (the rows every strict loader raises) --------------------------------------------------------------------------
+
+PREVIEW_CHARS = 80
+INSTRUCTION_CHARS = 160
+_TRUNCATED = re.compile(r"\n\.\.\. output truncated \((\d+) bytes omitted\) \.\.\.\n")
+
+
+def raw_value(data_json: str | None, key: str, value: Any) -> str | None:
+    """The exact JSON text of ``data[key]`` as the line holds it (``None`` when absent).
+
+    >>> raw_value('{"arguments":{"b":1.0,"a":[1e-05]},"x":1}', "arguments", None)
+    '{"b":1.0,"a":[1e-05]}'
+    """
+    if data_json is not None:
+        import msgspec
+
+        try:
+            raw = msgspec.json.decode(data_json, type=dict[str, msgspec.Raw]).get(key)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raw = None
+        if raw is not None:
+            return bytes(raw).decode("utf-8", "surrogatepass")
+    if value is None:
+        return None
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def preview(text: str | None, n: int = PREVIEW_CHARS) -> str | None:
+    """One line of at most ``n`` characters (whitespace runs shown as one space, "…" when cut).
+
+    >>> preview("a\n  b", 80), preview("x" * 90, 5)
+    ('a b', 'xxxx…')
+    """
+    if text is None:
+        return None
+    flat = " ".join(text.split())
+    return flat if len(flat) <= n else flat[:n - 1] + "…"
+
+
+def clipped_size(text: str | None) -> tuple[int | None, bool]:
+    """UTF-8 size of a runner-clipped text before clipping, and whether it was clipped
+    (``bounded_text`` keeps head and tail and says how many bytes it omitted, §4.4)."""
+    if text is None:
+        return None, False
+    raw = len(text.encode("utf-8", "surrogatepass"))
+    m = _TRUNCATED.search(text)
+    if m is None:
+        return raw, False
+    return raw - len(m.group(0).encode()) + int(m.group(1)), True
+
+
+def instruction_summary(text: Any) -> str | None:
+    """The instruction's first non-blank line, at most 160 characters ("…" when cut)."""
+    if not isinstance(text, str):
+        return None
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return preview(first, INSTRUCTION_CHARS) if first else None
+
 
 def quarantine_frame(runs: Iterable[RunData]) -> pl.DataFrame:
     from ..schemas import QuarantineSchema

@@ -19,8 +19,12 @@ def model_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
     for run in runs:
         current: dict[str, Any] | None = None
         first = len(rows)
+        provider = model = None
         for e in run.events:
             d = e.data
+            if e.event_type in ("run.created", "session.resumed", "session.continued"):
+                provider, model = _str(d.get("provider")), _str(d.get("model"))
+                continue
             if e.event_type == "model.requested":
                 current = {
                     "run_dir": run.run_dir, "run_id": run.run_id, "step": _int(d.get("step")),
@@ -28,7 +32,9 @@ def model_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
                     "requested_at": e.created_at,
                     "completed_sequence": None, "completed_at": None, "outcome": "incomplete",
                     "finish_reason": None, "tool_calls": [], "retries": 0, "fallbacks": 0,
-                    "failure_kind": None, **usage_columns(None),
+                    "failure_kind": None, "provider": provider, "model": model,
+                    "requested_provider": provider, "requested_model": model,
+                    **usage_columns(None),
                 }
                 rows.append(current)
             elif current is None:
@@ -37,6 +43,10 @@ def model_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
                 current["retries"] += 1
             elif e.event_type == "model.fallback":
                 current["fallbacks"] += 1
+                # the next candidate serves the rest of this call; the next step starts again
+                # from the run's model (its model_usage records say so)
+                current["provider"] = _str(d.get("to_provider"))
+                current["model"] = _str(d.get("to_model"))
             elif e.event_type in ("model.completed", "model.failed") and (
                     current["completed_sequence"] is None):
                 current["completed_sequence"], current["completed_at"] = e.sequence, e.created_at

@@ -9,7 +9,16 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import _bool, _float, _int, _str, frame, load, usage_columns
+from ._common import (
+    _bool,
+    _float,
+    _int,
+    _str,
+    frame,
+    instruction_summary,
+    load,
+    usage_columns,
+)
 
 
 def runs_frame(runs: Iterable[RunData]) -> pl.DataFrame:
@@ -27,6 +36,7 @@ def runs_frame(runs: Iterable[RunData]) -> pl.DataFrame:
         usage = usage_columns(m.get("usage")) if m else dict.fromkeys(
             ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens",
              "provider_total_tokens", "total_tokens"))
+        req = run.request if isinstance(run.request, dict) else {}
         limits = (run.request or {}).get("limits") if isinstance(run.request, dict) else None
         limits = limits if isinstance(limits, dict) else {}
         result = run.result if isinstance(run.result, dict) else {}
@@ -42,6 +52,8 @@ def runs_frame(runs: Iterable[RunData]) -> pl.DataFrame:
             max_steps=_int(limits.get("max_steps")),
             wall_time_seconds=_float(limits.get("wall_time_seconds")),
             max_total_tokens=_int(limits.get("max_total_tokens")),
+            repository=_str(req.get("repository")), base_sha=_str(req.get("base_sha")),
+            instruction_summary=instruction_summary(req.get("instruction")),
             result_status=_str(result.get("status")),
             result_terminal_reason=_str(result.get("terminal_reason")),
             **usage,

@@ -9,7 +9,7 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import _bool, _int, _seconds, _str, frame, load
+from ._common import _bool, _int, _seconds, _str, clipped_size, frame, load, preview, raw_value
 
 
 def tool_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
@@ -40,6 +40,8 @@ def tool_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
                     "requested_sequence": None, "started_sequence": None,
                     "completed_sequence": None, "requested_at": None, "started_at": None,
                     "completed_at": None, "ok": None, "error": None, "arguments_omitted": False,
+                    "arguments": None, "arguments_preview": None, "arguments_bytes": None,
+                    "result_bytes": None, "result_clipped": None,
                 }
             if row["effect"] is None:
                 row["effect"] = _str(d.get("effect"))
@@ -47,11 +49,20 @@ def tool_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
                 row["requested_sequence"], row["requested_at"] = e.sequence, e.created_at
                 args = d.get("arguments")
                 row["arguments_omitted"] = isinstance(args, dict) and args.get("omitted") is True
+                text = raw_value(e.data_json, "arguments", args)
+                row["arguments"], row["arguments_preview"] = text, preview(text)
+                if row["arguments_omitted"]:
+                    row["arguments_bytes"] = _int(args.get("utf8_bytes"))
+                elif text is not None:
+                    row["arguments_bytes"] = len(text.encode("utf-8", "surrogatepass"))
             elif e.event_type == "tool.started":
                 row["started_sequence"], row["started_at"] = e.sequence, e.created_at
             elif e.event_type == "tool.completed":
                 row["completed_sequence"], row["completed_at"] = e.sequence, e.created_at
                 row["ok"], row["error"] = _bool(d.get("ok")), _str(d.get("error"))
+                row["result_bytes"], row["result_clipped"] = clipped_size(_str(d.get("preview")))
+                if row["result_bytes"] is None:
+                    row["result_clipped"] = None
         for row in calls.values():
             row["executed"] = row["started_sequence"] is not None
             row["in_batch"] = row["tool_call_id"] in batch_ids

@@ -27,16 +27,19 @@ def usage_frame(runs: Iterable[RunData]) -> pl.DataFrame:
                                        _str(r.get("provider")), _str(r.get("model")),
                                        r.get("usage"), r.get("cost")))
             continue
-        provider = model = None
+        provider = model = call_provider = call_model = None
         index = 0  # this run's row count (was a scan of every earlier row: quadratic)
         for e in run.events:
             if e.event_type in ("run.created", "session.resumed", "session.continued"):
                 provider, model = _str(e.data.get("provider")), _str(e.data.get("model"))
+            elif e.event_type == "model.requested":
+                call_provider, call_model = provider, model  # each call starts on the run's
             elif e.event_type == "model.fallback":
-                provider, model = _str(e.data.get("to_provider")), _str(e.data.get("to_model"))
+                call_provider = _str(e.data.get("to_provider"))
+                call_model = _str(e.data.get("to_model"))
             elif e.event_type == "model.completed":
-                rows.append(_usage_row(run, index, "events", "primary", provider, model,
-                                       e.data.get("usage"), None))
+                rows.append(_usage_row(run, index, "events", "primary", call_provider,
+                                       call_model, e.data.get("usage"), None))
                 index += 1
             elif e.event_type == "role_lane.completed":
                 rows.append(_usage_row(run, index, "events", "reviewer",
@@ -61,7 +64,7 @@ def _usage_row(run: RunData, i: int, source: str, lane: str, provider: str | Non
     return {"run_dir": run.run_dir, "run_id": run.run_id, "index": i, "source": source,
             "lane": lane, "provider": provider, "model": model, **u,
             "currency": _str(cost.get("currency")), "cost_source": _str(cost.get("source")),
-            **costs, "total_cost": total_cost}
+            **costs, "total_cost": total_cost, "cost_known": total_cost is not None}
 
 
 def usage_df(source: Any = None, *, strict: bool = False,
@@ -88,3 +91,42 @@ def usage_df(source: Any = None, *, strict: bool = False,
     ['primary']
     """
     return load(source, strict=strict, max_depth=max_depth, builder=usage_frame)
+
+
+def cost_by_model(usage: pl.DataFrame, *, by: tuple[str, ...] = ("provider", "model")
+                  ) -> pl.DataFrame:
+    """Tokens and cost per model from a ``usage_df`` frame, with the unknown-cost share.
+
+    ``known_cost`` sums only the calls whose cost is known (null when none is); ``unknown_cost_calls`` and
+    ``unknown_cost_token_share`` say how much it leaves out. Emits a
+    :class:`~rivumi_analysis.errors.CostUnknownWarning` when any summed row has no cost.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as w:
+    ...     warnings.simplefilter("always")
+    ...     df = cost_by_model(usage_df("tests/fixtures/example"))
+    >>> df.select("model", "calls", "unknown_cost_calls").row(0), len(w)
+    (('openai/gpt-oss-120b', 7, 7), 1)
+    """
+    import warnings
+
+    from .errors import CostUnknownWarning
+
+    unknown = usage.filter(~pl.col("cost_known"))
+    if unknown.height:
+        share = unknown["total_tokens"].sum() / max(1, usage["total_tokens"].sum())
+        warnings.warn(
+            f"cost is unknown for {unknown.height} of {usage.height} model calls "
+            f"({share:.1%} of tokens): known_cost undercounts; see unknown_cost_calls",
+            CostUnknownWarning, stacklevel=2)
+    return (usage.group_by(list(by)).agg(
+        pl.len().alias("calls"),
+        pl.col("total_tokens").sum().alias("total_tokens"),
+        # null, not 0, when no call of the group has a known cost
+        pl.when(pl.col("cost_known").any()).then(pl.col("total_cost").sum())
+        .otherwise(None).alias("known_cost"),
+        pl.col("currency").drop_nulls().first().alias("currency"),
+        (~pl.col("cost_known")).sum().alias("unknown_cost_calls"),
+        (pl.col("total_tokens").filter(~pl.col("cost_known")).sum()
+         / pl.col("total_tokens").sum()).fill_nan(0.0).alias("unknown_cost_token_share"),
+    ).sort("total_tokens", descending=True))
