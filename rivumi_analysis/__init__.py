@@ -26,6 +26,8 @@ _LAZY = {
     "states_df": "rivumi_analysis.tables.states",
     "drift_df": "rivumi_analysis.tables.drift",
     "forks_df": "rivumi_analysis.tables.forks",
+    "messages_df": "rivumi_analysis.tables.messages",
+    "search": "rivumi_analysis.text_search",
     "audit_run": "rivumi_analysis.audit",
     "load_fleet": "rivumi_analysis.read.snapshot",
 }

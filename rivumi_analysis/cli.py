@@ -94,7 +94,7 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("run_dir", metavar="RUN_DIR", help="path to one run directory")
     r.add_argument("--json", action="store_true",
                    help="print the runner's canonical JSON byte for byte")
-    r.set_defaults(handler=_lazy("replay.runner", "cmd_replay"))
+    r.set_defaults(handler=_lazy("replay_view", "cmd_replay"))
 
     f = sub.add_parser("fork-seed",
                        help="print the runner's seed-only fork seed at a sequence (creates nothing)")
@@ -102,7 +102,7 @@ def _build_parser() -> argparse.ArgumentParser:
     # a non-integer is a usage error; a negative one reaches rule 16's message (§7.6)
     f.add_argument("--sequence", type=int, required=True, metavar="N",
                    help="fork point sequence (a non-negative integer)")
-    f.set_defaults(handler=_lazy("replay.runner", "cmd_fork_seed"))
+    f.set_defaults(handler=_lazy("replay_view", "cmd_fork_seed"))
 
     rp = sub.add_parser("report", help="write one self-contained, offline HTML audit report")
     rp.add_argument("paths", nargs="*", metavar="PATH",
@@ -452,7 +452,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if err:
         print(f"rivumi-analysis search: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    from .search import search
+    from .text_search import search
 
     tables = [t.strip() for t in args.tables.split(",") if t.strip()]
     try:
@@ -471,7 +471,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     else:
         for r in rows:
             where = f"seq {r['sequence']}" if r["sequence"] is not None else "session.json"
-            print(f"{_short(r['run_dir'], 50)}  {r['table']}.{r['column']}  {where}  "
+            print(f"{r['run_dir']}  {r['table']}.{r['column']}  {where}  "
                   f"{r['snippet']}")
         print(f"\n{len(rows)} match(es)", file=sys.stderr)
     return EXIT_OK

@@ -1,7 +1,8 @@
-"""The readable ``replay RUN_DIR`` view and readable refusals (``replay``, ``fork-seed``).
+"""The ``replay`` and ``fork-seed`` commands: the runner's bytes, plus what a person needs.
 
-``replay --json`` and ``fork-seed`` keep printing the runner's bytes (:mod:`.replay`); this
-module adds what a person needs around them: per event the timestamp, the time since the
+``replay --json`` and ``fork-seed`` print the runner's bytes (:mod:`.replay.runner`); this
+module (above the verdict rules and the reducer, so it can use both) adds what a person needs
+around them: per event the timestamp, the time since the
 previous event, and the state fields that changed (from the reference reducer); the resume
 verdict of the run; and, when the runner's replay refuses the log, the same reason code,
 ``file:line:byte`` location and hint the audit gives.
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from datetime import datetime
 from typing import Any
 
-from ._snapshot import RunData, read_run
-from .reducer import (
+from .errors import ReplayRefused
+from .read.snapshot import RunData, read_run
+from .replay.reducer import (
     Limits,
     charge_waits_default,
     events_from_run,
@@ -24,9 +27,17 @@ from .reducer import (
     iter_transitions,
     state_row,
 )
-from .verdict import decide
+from .replay.runner import (
+    _error,
+    _write_stdout,
+    canonical_json,
+    fork_seed,
+    replay_state,
+)
+from .resume import decide
 
-__all__ = ["explain_refusal", "fork_point_warning", "not_a_run_dir", "render_view"]
+__all__ = ["cmd_fork_seed", "cmd_replay", "explain_refusal", "fork_point_warning",
+           "not_a_run_dir", "render_view"]
 
 # state_row columns that move with the clock on every event: shown once, in the footer
 _CLOCK = {"wall_elapsed_seconds", "charged_wall_seconds", "approval_wait_seconds",
@@ -226,3 +237,46 @@ def render_view(run_dir: str, state: dict[str, Any]) -> str:
                       "with" if charge else "without",
                       _fmt_value(last_row["approval_wait_seconds"]))]
     return "\n".join(lines)
+
+
+def cmd_replay(args: Any) -> int:
+    """CLI handler of ``rivumi-analysis replay RUN_DIR [--json]``; returns the exit code.
+
+    ``--json`` prints (and refuses) exactly as the runner does. The readable view adds
+    timestamps, durations, the verdict and per-event state changes, and its refusals carry
+    the audit's reason code, ``file:line:byte`` location and hint.
+    """
+    as_json = getattr(args, "json", False)
+    if not as_json:
+        problem = not_a_run_dir(args.run_dir)
+        if problem:
+            return _error(problem)
+    try:
+        state = replay_state(args.run_dir)
+    except ReplayRefused as exc:
+        if as_json:
+            return _error(exc.message)
+        return _error(explain_refusal(read_run(args.run_dir), exc.message))
+    if as_json:
+        _write_stdout(canonical_json(state) + "\n")
+    else:
+        _write_stdout(render_view(args.run_dir, state) + "\n")
+    return 0
+
+
+def cmd_fork_seed(args: Any) -> int:
+    """CLI handler of ``rivumi-analysis fork-seed RUN_DIR --sequence N``; returns the exit code.
+
+    The seed on stdout is the runner's, byte for byte; when the fork point is not safe (a side
+    effect in flight or an open approval) a warning goes to stderr and the exit code stays 0.
+    """
+    try:
+        seed = fork_seed(args.run_dir, args.sequence)
+    except ReplayRefused as exc:
+        return _error(exc.message)
+    _write_stdout(canonical_json(seed) + "\n")
+    warning = fork_point_warning(read_run(args.run_dir), args.sequence)
+    if warning:
+        sys.stderr.write(warning + "\n")
+        sys.stderr.flush()
+    return 0

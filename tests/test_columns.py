@@ -13,7 +13,7 @@ import pytest
 
 import rivumi_analysis as ra
 from rivumi_analysis.errors import CostUnknownWarning
-from rivumi_analysis.usage import cost_by_model
+from rivumi_analysis.tables.usage import cost_by_model
 from tests.conftest import SAMPLE_RUNS
 
 

@@ -20,12 +20,9 @@ RUN_TABLES = [name for name in TABLES if not name.startswith("relay_")]
 @pytest.fixture(scope="module")
 def tables() -> dict[str, pl.DataFrame]:
     fleet = ra.load_fleet(str(SAMPLE_RUNS))
-    from rivumi_analysis.messages import messages_df
-
     out: dict[str, Any] = {}
     for name in RUN_TABLES:
-        loader = messages_df if name == "messages" else getattr(ra, f"{name}_df")
-        out[name] = loader(fleet)
+        out[name] = getattr(ra, f"{name}_df")(fleet)
     return out
 
 

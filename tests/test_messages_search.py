@@ -10,8 +10,8 @@ import pytest
 
 import rivumi_analysis as ra
 from rivumi_analysis import cli
-from rivumi_analysis.messages import messages_df
-from rivumi_analysis.search import search
+from rivumi_analysis.tables.messages import messages_df
+from rivumi_analysis.text_search import search
 from tests.conftest import EXAMPLE_DIR, SAMPLE_RUNS
 
 

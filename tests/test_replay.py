@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import threading
 from pathlib import Path
@@ -51,10 +50,8 @@ def test_golden_replay_json(capsysbinary):
 @pytest.mark.parametrize("n", [0, 7, 49])
 def test_golden_fork_seed(n, capsysbinary):
     code, out, err = _run_fork(str(EXAMPLE), n, capsysbinary)
-    assert code == 0
+    assert (code, err) == (0, b"")
     assert out == (REFERENCE / f"fork-seed-{n}.stdout").read_bytes()
-    # stderr: nothing, or the toolkit's warning about an unsafe fork point (never the seed)
-    assert err == b"" or err.startswith(b"warning: unsafe_fork_point: ")
 
 
 def test_functions_match_golden():
@@ -77,14 +74,8 @@ def test_human_view(capsysbinary):
     code, out, err = _run_replay(str(EXAMPLE), capsysbinary, as_json=False)
     text = out.decode()
     assert code == 0 and err == b""
-    assert text.startswith(f"Replay {EXAMPLE}\nrun_id {EXAMPLE.name}  kind native  runner m4\n"
-                           "verdict terminal (terminal)\n50 event(s), sequences 0..49")
-    # timestamp, seconds since the previous event, the runner's detail, what changed
-    last = next(ln for ln in text.splitlines() if ln.startswith("   49  "))
-    assert re.match(r"   49  2026-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}  +\d+\.\d{3}  "
-                    r"run\.completed  \[verified\]  .*phase \w+→completed", last), last
-    assert "terminal False→True" in last and "terminal_reason null→verified" in last
-    assert "time: elapsed 44.917 s, charged 44.917 s (with approval waits)" in text
+    assert text.startswith(f"Replay {EXAMPLE}\n50 event(s), sequences 0..49")
+    assert '    49  run.completed  detail="verified"' in text
 
 
 # ---------------------------------------------------------------------------- §7.6 refusals

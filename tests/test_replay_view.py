@@ -4,15 +4,17 @@ stdout stays the runner's seed byte for byte."""
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from rivumi_analysis import replay
-from rivumi_analysis._snapshot import read_run
+from rivumi_analysis import replay_view as replay
+from rivumi_analysis.read.snapshot import read_run
+from rivumi_analysis.replay import runner
 from rivumi_analysis.replay_view import explain_refusal
-from tests.conftest import SAMPLE_RUNS
+from tests.conftest import EXAMPLE_DIR, SAMPLE_RUNS
 
 DUP = SAMPLE_RUNS / "bad_input" / "6f2713cc42224f66a2b04514971ac720"   # duplicate sequence 14
 TORN = SAMPLE_RUNS / "bad_input" / "8a3a44109fb745459021061a821550f7"  # torn tail
@@ -72,7 +74,7 @@ def test_fork_seed_warns_on_unsafe_points(seq: int, unsafe: bool, capsysbinary) 
     code = replay.cmd_fork_seed(argparse.Namespace(run_dir=str(DONE), sequence=seq))
     out = capsysbinary.readouterr()
     assert code == 0
-    assert out.out == (replay.canonical_json(replay.fork_seed(str(DONE), seq)) + "\n").encode()
+    assert out.out == (runner.canonical_json(runner.fork_seed(str(DONE), seq)) + "\n").encode()
     if unsafe:
         assert out.err.startswith(b"warning: unsafe_fork_point: ")
         assert f"sequence {seq} ".encode() in out.err
@@ -83,7 +85,20 @@ def test_fork_seed_warns_on_unsafe_points(seq: int, unsafe: bool, capsysbinary) 
 def test_fork_seed_at_a_side_effect_tail_warns(capsysbinary, tmp_path: Path) -> None:
     run = tmp_path / TAIL.name
     shutil.copytree(TAIL, run)
-    last = replay.replay_state(str(run))["last_sequence"]
+    last = runner.replay_state(str(run))["last_sequence"]
     assert replay.cmd_fork_seed(argparse.Namespace(run_dir=str(run), sequence=last)) == 0
     err = capsysbinary.readouterr().err.decode()
     assert "side effect(s) in flight" in err
+
+
+def test_example_view(capsys) -> None:
+    code, out, err = _replay(EXAMPLE_DIR, capsys)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"Replay {EXAMPLE_DIR}\nrun_id {EXAMPLE_DIR.name}  kind native  "
+                          "runner m4\nverdict terminal (terminal)\n50 event(s), sequences 0..49")
+    # timestamp, seconds since the previous event, the runner's detail, what changed
+    last = next(ln for ln in out.splitlines() if ln.startswith("   49  "))
+    assert re.match(r"   49  2026-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}  +\d+\.\d{3}  "
+                    r"run\.completed  \[verified\]  .*phase \w+→completed", last), last
+    assert "terminal False→True" in last and "terminal_reason null→verified" in last
+    assert "time: elapsed 44.917 s, charged 44.917 s (with approval waits)" in out

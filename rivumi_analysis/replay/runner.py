@@ -729,53 +729,23 @@ def _error(message: str) -> int:
 
 
 def cmd_replay(args: Any) -> int:
-    """CLI handler of ``rivumi-analysis replay RUN_DIR [--json]``; returns the exit code.
-
-    ``--json`` prints (and refuses) exactly as the runner does. The readable view adds
-    timestamps, durations, the verdict and per-event state changes, and its refusals carry
-    the audit's reason code, ``file:line:byte`` location and hint.
-    """
-    as_json = getattr(args, "json", False)
-    if not as_json:
-        from .replay_view import not_a_run_dir
-
-        problem = not_a_run_dir(args.run_dir)
-        if problem:
-            return _error(problem)
+    """CLI handler of ``rivumi-analysis replay RUN_DIR [--json]``; returns the exit code."""
     try:
         state = replay_state(args.run_dir)
     except ReplayRefused as exc:
-        if as_json:
-            return _error(exc.message)
-        from ._snapshot import read_run
-        from .replay_view import explain_refusal
-
-        return _error(explain_refusal(read_run(args.run_dir), exc.message))
-    if as_json:
+        return _error(exc.message)
+    if getattr(args, "json", False):
         _write_stdout(canonical_json(state) + "\n")
     else:
-        from .replay_view import render_view
-
-        _write_stdout(render_view(args.run_dir, state) + "\n")
+        _write_stdout(render_human(state, args.run_dir) + "\n")
     return 0
 
 
 def cmd_fork_seed(args: Any) -> int:
-    """CLI handler of ``rivumi-analysis fork-seed RUN_DIR --sequence N``; returns the exit code.
-
-    The seed on stdout is the runner's, byte for byte; when the fork point is not safe (a side
-    effect in flight or an open approval) a warning goes to stderr and the exit code stays 0.
-    """
+    """CLI handler of ``rivumi-analysis fork-seed RUN_DIR --sequence N``; returns the exit code."""
     try:
         seed = fork_seed(args.run_dir, args.sequence)
     except ReplayRefused as exc:
         return _error(exc.message)
     _write_stdout(canonical_json(seed) + "\n")
-    from ._snapshot import read_run
-    from .replay_view import fork_point_warning
-
-    warning = fork_point_warning(read_run(args.run_dir), args.sequence)
-    if warning:
-        sys.stderr.write(warning + "\n")
-        sys.stderr.flush()
     return 0

@@ -148,7 +148,7 @@ def raw_value(data_json: str | None, key: str, value: Any) -> str | None:
 def preview(text: str | None, n: int = PREVIEW_CHARS) -> str | None:
     """One line of at most ``n`` characters (whitespace runs shown as one space, "…" when cut).
 
-    >>> preview("a\n  b", 80), preview("x" * 90, 5)
+    >>> preview("a   b", 80), preview("x" * 90, 5)
     ('a b', 'xxxx…')
     """
     if text is None:

@@ -110,7 +110,7 @@ def cost_by_model(usage: pl.DataFrame, *, by: tuple[str, ...] = ("provider", "mo
     """
     import warnings
 
-    from .errors import CostUnknownWarning
+    from ..errors import CostUnknownWarning
 
     unknown = usage.filter(~pl.col("cost_known"))
     if unknown.height:

@@ -20,9 +20,9 @@ from typing import Any
 
 import polars as pl
 
-from ._discovery import DEFAULT_MAX_DEPTH
-from ._frames import _bool, _int, _str, frame, load, usage_columns
-from ._snapshot import RunData
+from ..read.discovery import DEFAULT_MAX_DEPTH
+from ..read.snapshot import RunData
+from ._common import _bool, _int, _str, frame, load, usage_columns
 
 __all__ = ["messages_df", "messages_frame"]
 
@@ -112,7 +112,7 @@ def _event_rows(run: RunData) -> list[dict[str, Any]]:
 
 
 def messages_frame(runs: Iterable[RunData]) -> pl.DataFrame:
-    from .schemas import MessagesSchema
+    from ..schemas import MessagesSchema
 
     rows: list[dict[str, Any]] = []
     for run in runs:

@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from ._discovery import DEFAULT_MAX_DEPTH
+from .read.discovery import DEFAULT_MAX_DEPTH
 
 __all__ = ["search", "SEARCH_TABLES"]
 
@@ -69,7 +69,7 @@ def search(source: Any, pattern: str, *, tables: tuple[str, ...] | list[str] | N
         rx = re.compile(pattern, re.I if ignore_case else 0)
     except re.error as exc:
         raise ValueError(f"invalid pattern {pattern!r}: {exc}") from None
-    from ._snapshot import Fleet, load_fleet
+    from .read.snapshot import Fleet, load_fleet
 
     fleet = source if isinstance(source, Fleet) else load_fleet(source, max_depth=max_depth)
     parts = []
@@ -98,14 +98,14 @@ def search(source: Any, pattern: str, *, tables: tuple[str, ...] | list[str] | N
 
 def _table(name: str, fleet: Any) -> pl.DataFrame:
     if name == "events":
-        from .events import events_df
+        from .tables.events import events_df
 
         return events_df(fleet)
     if name == "tool_calls":
-        from .tool_calls import tool_calls_df
+        from .tables.tool_calls import tool_calls_df
 
         return tool_calls_df(fleet)
-    from .messages import messages_df
+    from .tables.messages import messages_df
 
     return messages_df(fleet)
 
