@@ -1,4 +1,4 @@
-"""The runner's own way of validating a run (spec §6 steps 3-5, as §12 reads them).
+"""The runner's own way of validating a run (§8.1 steps 3-5, as §8.2 reads them).
 
 Written here from the spec (not imported from the toolkit) so the baseline stays independent:
 pydantic v2 models of ``RunEvent``, ``SessionManifest`` and ``TaskContract`` with
@@ -121,7 +121,7 @@ def _read_text(path: str) -> str | None:
 
 
 def validate_run(run_dir: str) -> bool:
-    """True when §6 steps 3-5 accept the run (the runner's own reading)."""
+    """True when §8.1 steps 3-5 accept the run (the runner's own reading)."""
     ok = True
     text = _read_text(os.path.join(run_dir, "session.json"))
     manifest = None

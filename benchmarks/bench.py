@@ -7,7 +7,7 @@ One command (see benchmarks/README.md)::
 For every corpus it measures, each in a fresh child process (so peak RSS is per measurement,
 summed over the child's whole process tree, workers included):
 
-(a) ``baseline``   the runner's validation per run (§6 steps 3-5, read as §12 says): pydantic
+(a) ``baseline``   the runner's validation per run (§8.1 steps 3-5, read as §8.2 says): pydantic
                    v2 models written here from the spec, lax mode, garbage collector on;
 (b) ``wc_l`` / ``read_all``   ``wc -l`` over every file / reading every byte in Python;
 (c) ``cli_cold_cache`` / ``cli_no_cache``   ``rivumi-analysis audit --format json`` end to end

@@ -101,7 +101,7 @@ def record_from_run(run: RunData) -> dict[str, Any]:
     }
 
 
-# Verdict reasons that come from resume's reading of events.jsonl (§6 step 5).
+# Verdict reasons that come from resume's reading of events.jsonl (§8.1 step 5).
 _RESUME_LOG_REASONS = frozenset({
     "events_too_large", "invalid_event_line", "torn_tail", "event_extra_key",
     "line_separator_split", "bom", "sequence_not_contiguous", "duplicate_sequence",

@@ -99,7 +99,7 @@ def _build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("fork-seed",
                        help="print the runner's seed-only fork seed at a sequence (creates nothing)")
     f.add_argument("run_dir", metavar="RUN_DIR", help="path to one run directory")
-    # a non-integer is a usage error; a negative one reaches rule 16's message (§7.6)
+    # a non-integer is a usage error; a negative one reaches rule 16's message (§9.6)
     f.add_argument("--sequence", type=int, required=True, metavar="N",
                    help="fork point sequence (a non-negative integer)")
     f.set_defaults(handler=_lazy("replay_view", "cmd_fork_seed"))

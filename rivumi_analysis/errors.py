@@ -33,9 +33,9 @@ VERDICTS: tuple[str, ...] = (
 """Every verdict name, in the order the decision procedure tries them (``error`` last)."""
 
 VERDICT_REASONS: Mapping[str, str] = {
-    "external_run": "an external (Codex/Claude Code) run: it has no session manifest and is never resumable (§9.8)",
+    "external_run": "an external (Codex/Claude Code) run: it has no session manifest and is never resumable (§11.8)",
     "manifest_missing": "there is no session.json entry at all, so resume has nothing to load",
-    "fork_manifest_rejected": "a fork run whose session.json the runner's strict loader rejects (computed usage.total_tokens, §7.5)",
+    "fork_manifest_rejected": "a fork run whose session.json the runner's strict loader rejects (computed usage.total_tokens, §9.5)",
     "manifest_invalid_json": "session.json is not valid UTF-8 JSON",
     "manifest_schema": "session.json parses but fails the SessionManifest schema (unknown key, wrong type, validator)",
     "manifest_too_large": "session.json is larger than the runner's 16 MiB limit",
@@ -46,7 +46,7 @@ VERDICT_REASONS: Mapping[str, str] = {
     "invalid_event_line": "a non-blank events.jsonl line fails the runner's strict RunEvent validation",
     "torn_tail": "events.jsonl ends with a partial line (no final newline and not a valid event)",
     "event_extra_key": "an event line has a top-level key RunEvent does not allow",
-    "line_separator_split": "a raw U+2028/U+2029/NEL or other str.splitlines() separator splits an event line for resume (§12)",
+    "line_separator_split": "a raw U+2028/U+2029/NEL or other str.splitlines() separator splits an event line for resume (§8.2)",
     "bom": "events.jsonl starts with a UTF-8 BOM, which resume's text reader does not strip",
     "sequence_not_contiguous": "event sequences do not run 0,1,2,... in file order (gap, out of order, or not starting at 0)",
     "duplicate_sequence": "two events carry the same sequence",
@@ -142,7 +142,7 @@ RELAY_ENTRY_TYPES: frozenset[str] = frozenset({
     "effect.recorded", "effect.confirmed",
     "epoch.summary", "segment.closed",
 })
-"""The 28 relayflowd entry types of ``relayflowd-core/src/entry.rs @ f6b82904`` (spec §4)."""
+"""The 28 relayflowd entry types of ``relayflowd-core/src/entry.rs @ f6b82904`` (§6)."""
 
 RELAY_UNREADABLE_REASONS: Mapping[str, str] = {
     "journal_busy": "the .sqlite3 or its -wal kept changing while copied (5 attempts, 50 ms apart)",

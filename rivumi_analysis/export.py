@@ -13,7 +13,7 @@ its schema is still readable. Column types are limited to what all three engines
 Int64, Float64, Boolean, String, Binary, Timestamp(microseconds, UTC) and lists of those (no
 unsigned integers, durations, categoricals or null-typed columns).
 
-``redact=True`` keeps only the allowlist of the privacy rule (issue 5 §6): run ids, event
+``redact=True`` keeps only the allowlist of the privacy rule (issue 5 §8.1): run ids, event
 types, sequences, timestamps, numbers, codes, tool names, effects and decisions, and
 ``run_dir`` relative to the given PATH; content, previews, arguments, messages, error texts,
 quarantine raw bytes and absolute paths are dropped.

@@ -1,13 +1,13 @@
-"""The resume verdict: what the runner's resume would decide for a run, and why (§6, §12).
+"""The resume verdict: what the runner's resume would decide for a run, and why (§8.1, §8.2).
 
 A pure function of a :class:`~rivumi_analysis.read.snapshot.RunData`: no file access. Steps 1, 2
-and 8 of §6 (lease, claim, workspace) are not evaluated: the toolkit is read-only and archived
+and 8 of §8.1 (lease, claim, workspace) are not evaluated: the toolkit is read-only and archived
 runs usually lack ``workspace/``.
 
 Decision order (the first that holds is the verdict; every condition that holds is listed):
 
 1. ``not_resumable``: external run, no ``session.json``, or a fork whose manifest is rejected.
-2. ``corrupt``: any failure of §6 steps 3–5 as §12 reads them.
+2. ``corrupt``: any failure of §8.1 steps 3–5 as §8.2 reads them.
 3. manifest exactly one ahead: step 7 (side-effect tail) is skipped.
 4. ``side_effect_uncertain``: the log ends at ``tool.started``/``verification.started``.
 5. ``terminal``: the manifest is terminal.
@@ -92,13 +92,13 @@ def decide(run: RunData) -> Verdict:
     # --- 1. not resumable by design ------------------------------------------------------
     session_status = files["session.json"].status
     if run.kind == "external":
-        c.reason("external_run", f"{run.run_dir}: external run (no session manifest; §9.8); "
+        c.reason("external_run", f"{run.run_dir}: external run (no session manifest; §11.8); "
                  "hint: inspect its events with events_df, it cannot be resumed")
     if session_status == "missing":
         c.reason("manifest_missing", f"{run.run_dir}/session.json does not exist; "
                  "hint: without a manifest the runner cannot resume this run")
 
-    # --- 2. corrupt: §6 step 3 (session.json) ----------------------------------------------
+    # --- 2. corrupt: §8.1 step 3 (session.json) ----------------------------------------------
     manifest_model: SessionManifest | None = None
     manifest = run.manifest
     if session_status in _FILE_STATUS_REASON:
@@ -126,18 +126,18 @@ def decide(run: RunData) -> Verdict:
         except ValidationError as exc:
             if run.kind == "fork":
                 c.reason("fork_manifest_rejected", f"{run.run_dir}/session.json: fork manifest "
-                         f"rejected by the strict loader ({first_error(exc)}); §7.5: a fork run "
+                         f"rejected by the strict loader ({first_error(exc)}); §9.5: a fork run "
                          "cannot be resumed")
             c.reason("manifest_schema", f"{run.run_dir}/session.json fails SessionManifest: "
                      f"{first_error(exc)}")
         except Exception as exc:  # pragma: no cover - defensive: odd values pydantic rejects
             c.reason("manifest_schema", f"{run.run_dir}/session.json: {exc}")
 
-    # --- §6 step 4 (request.json, only when present) -------------------------------------
+    # --- §8.1 step 4 (request.json, only when present) -------------------------------------
     req_status = files["request.json"].status
     if req_status == "missing":
         c.warn("request_missing", f"{run.run_dir}/request.json is absent; task_id/base_sha "
-               "match (§6 step 4) not checked")
+               "match (§8.1 step 4) not checked")
     elif req_status in _FILE_STATUS_REASON:
         c.reason(_FILE_STATUS_REASON[req_status], f"{run.run_dir}/request.json is "
                  f"{_status_words(req_status)}; it was not read")
@@ -161,7 +161,7 @@ def decide(run: RunData) -> Verdict:
                     c.reason("request_mismatch", f"{run.run_dir}/request.json base_sha "
                              f"{contract.base_sha!r} != session.json {manifest_model.base_sha!r}")
 
-    # --- §6 step 5 (events.jsonl) as §12 reads it ------------------------------------------
+    # --- §8.1 step 5 (events.jsonl) as §8.2 reads it ------------------------------------------
     native_log = run.kind != "external"
     last_seq, resume_log = _check_events(run, c, manifest_model, native_log, where_events)
 
@@ -183,7 +183,7 @@ def decide(run: RunData) -> Verdict:
             c.reason("manifest_ahead_by_more", f"{run.run_dir}/session.json last_event_sequence "
                      f"{lseq} is {lseq - last_seq} ahead of the log ({last_seq})")
 
-    # the tail as resume reads it (two events joined by a lone CR are two events, §13.1)
+    # the tail as resume reads it (two events joined by a lone CR are two events, §8.2)
     last_event: Any = (resume_log.events[-1] if resume_log is not None and resume_log.events
                        else run.events[-1] if resume_log is None and run.events else None)
     tail_side_effect = last_event is not None and last_event.event_type in SIDE_EFFECT_STARTS
@@ -232,7 +232,7 @@ def _int_or_none(v: Any) -> int | None:
 
 def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
                   native_log: bool, where: str) -> tuple[int | None, ResumeLog | None]:
-    """Apply §6 step 5 as resume reads the log (§12, §13.1).
+    """Apply §8.1 step 5 as resume reads the log (§8.2, §8.2).
 
     Returns the last sequence resume reads (-1 when empty) and resume's reading (None when
     the log was not read or is not a RunEvent log).
@@ -245,7 +245,7 @@ def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
             if lseq is None or lseq != -1:
                 c.reason("events_missing", f"{where} does not exist but session.json "
                          f"last_event_sequence is {lseq}; hint: the writer was killed before the "
-                         "first append (§7.6 note)")
+                         "first append (§9.6 note)")
         return -1, None
     if status in _FILE_STATUS_REASON:
         c.reason(_FILE_STATUS_REASON[status], f"{where} is {_status_words(status)}; it was not "
@@ -284,7 +284,7 @@ def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
         if e.sequence in first_line:
             c.reason("duplicate_sequence", f"{where}:{e.line_no}:{e.byte_offset}: sequence "
                      f"{e.sequence} already appeared at line {first_line[e.sequence]}; hint: an "
-                     "emit without the lock (§2.4 hazard)")
+                     "emit without the lock (§4.5 hazard)")
             break
         first_line[e.sequence] = e.line_no
     # Contiguity is a fact about what resume reads: its i-th non-blank piece needs sequence i.
@@ -456,9 +456,9 @@ def _usage_check(run: RunData, c: _Collector, manifest: SessionManifest,
     else:
         if any(e.event_type in ("loop.wind_down_completed", "loop.wind_down_failed")
                for e in run.events):
-            return  # the wind-down call's usage is logged nowhere (§9.1)
+            return  # the wind-down call's usage is logged nowhere (§11.1)
         if any(e.data.get("terminal_reason") == "token_budget_exceeded" for e in terminal_events):
-            return  # the crossing call has no model.completed (§9.1)
+            return  # the crossing call has no model.completed (§11.1)
         recs = [e.data.get("usage") for e in run.events if e.event_type in (
             "model.completed", "role_lane.completed")]
         recs = [r for r in recs if isinstance(r, dict)]

@@ -151,7 +151,7 @@ def test_missing_sequence_gap(make_run) -> None:
     data = b"".join(LINES[:5] + LINES[6:])
     rec = audit(make_run(events=data))
     assert rec["verdict"] == "corrupt" and "sequence_not_contiguous" in rec["reasons"]
-    assert rec["replay_accepts"] is True  # replay allows gaps (§7.3)
+    assert rec["replay_accepts"] is True  # replay allows gaps (§9.3)
     assert "readers_disagree" in rec["warnings"]
 
 

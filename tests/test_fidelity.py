@@ -1,6 +1,6 @@
 """Regression tests for issue 11: one minimal edit of the shared example per disagreement class.
 
-Each case states what the runner does (spec §13) and checks the toolkit's audit verdict, its
+Each case states what the runner does (§8.2) and checks the toolkit's audit verdict, its
 ``replay --json`` and, through the independent oracle (``tests/differential``), every other
 aspect (readers_disagree, fork seeds, the audit's replay_accepts).
 """
@@ -84,7 +84,7 @@ def _check(make_run: Any, *, events: bytes | None = None, manifest: Any = "defau
     return rec
 
 
-# --- class 1: impossible timestamps never crash the audit (§13.2) ---------------------------
+# --- class 1: impossible timestamps never crash the audit (§8.3) ---------------------------
 @pytest.mark.parametrize("value", [
     "2026-08-20T24:00:00Z", "2026-00-20T21:02:47Z", "2026-13-20T21:02:47Z",
     "2026-02-30T21:02:47Z", "2026-08-20T21:02:60Z", "2026-08-2\u0663T21:02:47Z",
@@ -96,7 +96,7 @@ def test_impossible_created_at_is_an_invalid_line_not_a_crash(make_run: Any, val
     assert rec["lines"] == 50 and rec["events"] == 50  # still accounted for, never zeroed
 
 
-# --- class 2: resume accepts what the toolkit called corrupt (§13.1) ------------------------
+# --- class 2: resume accepts what the toolkit called corrupt (§8.2) ------------------------
 @pytest.mark.parametrize("name,edit,replay_ok", [
     ("nbsp_only_line", _insert(10, "\u00a0".encode()), False),
     ("ideographic_space_line", _insert(10, "\u3000 ".encode()), False),
@@ -133,7 +133,7 @@ def test_joined_events_make_a_side_effect_tail_for_resume(make_run: Any) -> None
            reason="side_effect_tail", replay_ok=False, readers_disagree=True)
 
 
-# --- class 3: resume refuses what the toolkit accepted (§13.2) ------------------------------
+# --- class 3: resume refuses what the toolkit accepted (§8.3) ------------------------------
 @pytest.mark.parametrize("name,edit", [
     ("created_at_null", _line(LAST, lambda ln: ln.replace(
         ln[ln.index(b'"created_at":'):ln.index(b',"data"')], b'"created_at":null'))),
@@ -157,7 +157,7 @@ def test_nesting_just_below_pydantics_limit_is_valid(make_run: Any) -> None:
 
 
 def test_installed_pydantic_refuses_at_the_documented_depth() -> None:
-    """§13.2 pins pydantic-core's limit; if an upgrade moves it, this test says so."""
+    """§8.3 pins pydantic-core's limit; if an upgrade moves it, this test says so."""
     from rivumi_analysis.read.models import RunEvent
     from rivumi_analysis.read.resume_reader import RUN_EVENT_REFUSED_DEPTH, run_event_error
 
@@ -171,7 +171,7 @@ def test_installed_pydantic_refuses_at_the_documented_depth() -> None:
     assert run_event_error(ok.encode()) is None and run_event_error(deep.encode())
 
 
-# --- class 4: the runner's models, field by field (§13.3) -----------------------------------
+# --- class 4: the runner's models, field by field (§8.4) -----------------------------------
 def _manifest(edit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     m = example_manifest()
     edit(m)
@@ -253,7 +253,7 @@ def test_request_model_matches_the_runner(make_run: Any, name: str, edit: Any,
            reason="request_invalid" if verdict == "corrupt" else None)
 
 
-# --- class 5: fork seeds name the prefix's ids (§13.4) --------------------------------------
+# --- class 5: fork seeds name the prefix's ids (§9.8) --------------------------------------
 def test_fork_seed_ids_come_from_the_prefix(make_run: Any) -> None:
     edit = _line(LAST, lambda ln: ln.replace(b"{", b'{"conversation_id":"conv-1",', 1))
     run = make_run(events=_events(edit))
@@ -266,7 +266,7 @@ def test_fork_seed_ids_come_from_the_prefix(make_run: Any) -> None:
     assert compare_run(Path(run)).ok
 
 
-# --- class 6: replay refusals that are documented decisions (§13.4) -------------------------
+# --- class 6: replay refusals that are documented decisions (§9.8) -------------------------
 def test_replay_refuses_an_integer_over_4300_digits(make_run: Any) -> None:
     edit = _line(7, _into_data('"k":' + "1" * 4301))
     _check(make_run, events=_events(edit), verdict="corrupt", replay_ok=False,

@@ -42,7 +42,7 @@ def test_example_final_state_equals_manifest():
     assert (s.phase, s.terminal) == (MANIFEST["phase"], MANIFEST["terminal"])
     assert [list(v) for v in s.verification] == [
         [v["name"], v["ok"], v["exit_code"]] for v in MANIFEST["verification"]]
-    # M4-era run: the clock did not pause during approvals (§8.3 evidence caveat).
+    # M4-era run: the clock did not pause during approvals (§10.3 evidence caveat).
     assert infer_generation(events_from_bytes(EXAMPLE_BYTES), MANIFEST) == "m4"
     assert abs(s.charged_wall_seconds(True) - MANIFEST["active_wall_time_seconds"]) < 0.1
     assert s.charged_wall_seconds(False) < 10
@@ -57,7 +57,7 @@ def test_example_intermediate_states():
     assert by_seq[47].verifications_in_flight == {"check-1"}     # verification.started
     assert by_seq[8].usage.total_tokens == 661
     assert by_seq[22].repeat_count == 1                          # list_files "." after ""
-    # No event says "verifying" (§4.1), so the phase stays running through final checks.
+    # No event says "verifying" (§6.1), so the phase stays running through final checks.
     assert by_seq[5].phase == "waiting_approval" and by_seq[48].phase == "running"
 
 

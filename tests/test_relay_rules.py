@@ -1,4 +1,4 @@
-"""relayflowd rules (spec §7): one journal per rule shows exactly its rule; the §9 crash cuts
+"""relayflowd rules (journal §7): one journal per rule shows exactly its rule; the journal §9 crash cuts
 (real SIGKILL) show the spec's counts at the kill and after resume; the 8-way race, a segment
 rollover and several consumers; state atomicity of the reducer."""
 
@@ -51,7 +51,7 @@ def test_violations_are_sorted_by_seq_then_rule_string(tmp_path):
                                                         ("D4", 7)]
 
 
-# --- the crash test (§9) ---------------------------------------------------------------------
+# --- the crash test (journal §9) ---------------------------------------------------------------------
 
 EXPECTED = {  # cut: (appended, delivered, acknowledged, redeliveries requests/bob, provider calls)
     "append": (2, 2, 2, 0, 2), "delivery": (2, 3, 2, 1, 2),
@@ -117,7 +117,7 @@ def test_crash_cut_after_resume(crashes, cut):
     assert [e.payload["completionReason"] for e in completed] == ["success"]
 
 
-# --- §10 and friends -------------------------------------------------------------------------
+# --- journal §10 and friends -------------------------------------------------------------------------
 
 
 def test_eight_way_race(relay_catalog):

@@ -1,4 +1,4 @@
-"""Tests of the runner-compatible replay and fork seed (spec §7.3-§7.6)."""
+"""Tests of the runner-compatible replay and fork seed (§9.3-§9.6)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_human_view(capsysbinary):
     assert '    49  run.completed  detail="verified"' in text
 
 
-# ---------------------------------------------------------------------------- §7.6 refusals
+# ---------------------------------------------------------------------------- §9.6 refusals
 @pytest.mark.parametrize("name", REFUSALS)
 def test_refusal_fixture(name, capsysbinary):
     expected = (FIXTURES / name / "expected.txt").read_bytes()

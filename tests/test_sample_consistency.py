@@ -1,4 +1,4 @@
-"""Sample runs must not contradict the runner rules they illustrate (spec §8)."""
+"""Sample runs must not contradict the runner rules they illustrate (§10)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def fleet():
 
 
 def test_wall_time_failures_are_at_or_over_their_budget(fleet):
-    """§8.3: ``wall_time_exceeded`` means charged time reached ``wall_time_seconds``."""
+    """§10.3: ``wall_time_exceeded`` means charged time reached ``wall_time_seconds``."""
     r = runs_df(fleet).filter(pl.col("terminal_reason") == "wall_time_exceeded")
     assert r.height >= 3
     under = r.filter(pl.col("active_wall_time_seconds") < pl.col("wall_time_seconds"))
@@ -26,7 +26,7 @@ def test_wall_time_failures_are_at_or_over_their_budget(fleet):
 
 
 def test_repeat_count_at_threshold_only_in_repeated_action_runs(fleet):
-    """§8.1: the third identical call in a row fails the run with ``repeated_action``."""
+    """§10.1: the third identical call in a row fails the run with ``repeated_action``."""
     s = states_df(fleet)
     peak = s.group_by("run_dir").agg(pl.col("repeat_count").max().alias("peak"))
     r = runs_df(fleet).select("run_dir", "terminal_reason").join(peak, on="run_dir")

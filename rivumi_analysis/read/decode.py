@@ -1,6 +1,6 @@
 """Decode one physical line of ``events.jsonl`` into an envelope or a quarantine verdict.
 
-This is the one place that knows the runner's encodings (spec §2, §12). The rule for an
+This is the one place that knows the runner's encodings (§4, §8.2). The rule for an
 *accepted event* mirrors pydantic v2's lax validation of ``RunEvent.sequence`` and
 ``event_type``; everything else the runner tolerates (or resume rejects while replay does
 not) becomes a per-line warning code.
@@ -25,7 +25,7 @@ BOM = b"\xef\xbb\xbf"
 REPLAY_LINE_LIMIT = 131_072
 RUN_EVENT_KEYS = frozenset(RunEvent.model_fields)
 
-# str.splitlines() separators other than \n and \r\n (spec §12). \r alone is handled apart.
+# str.splitlines() separators other than \n and \r\n (§8.2). \r alone is handled apart.
 _SPLITLINES_CHARS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]|\r(?!$)")
 # Cheap bytes pre-check: any byte sequence that could encode one of the above.
 _SPLITLINES_BYTES = re.compile(rb"[\x0b\x0c\x1c\x1d\x1e\r]|\xc2\x85|\xe2\x80[\xa8\xa9]")
@@ -323,7 +323,7 @@ def parse_created_at(value: Any) -> tuple[datetime | None, bool]:
 def native_envelope_warnings(obj: dict[str, Any], raw: bytes | None = None) -> set[str]:
     """Warnings that apply to native/fork/subagent events (RunEvent envelope), not external.
 
-    ``raw`` is the line as written: validity is decided on it, as resume decides (§13.2).
+    ``raw`` is the line as written: validity is decided on it, as resume decides (§8.3).
     """
     out: set[str] = set()
     if not RUN_EVENT_KEYS.issuperset(obj):

@@ -12,7 +12,7 @@ import stat
 from dataclasses import dataclass
 
 RUNNER_FILE_LIMIT = 16 * 1024 * 1024
-"""The runner's 16 MiB limit on session.json, request.json and events.jsonl (§6)."""
+"""The runner's 16 MiB limit on session.json, request.json and events.jsonl (§8.1)."""
 
 DEFAULT_READ_LIMIT = 1024 * 1024 * 1024
 """The toolkit's own hard bound on one file (files over the runner's limit still load)."""

@@ -1,4 +1,4 @@
-"""Pydantic v2 models of the runner's own on-disk contracts (spec §2, §4, §5).
+"""Pydantic v2 models of the runner's own on-disk contracts (§4, §6, §7).
 
 They mirror the runner's models (``extra="forbid"``, default *lax* type mode) so the verdict
 says what resume would say. They are the oracle; the decoder has a faster path for the
@@ -36,7 +36,7 @@ def _uuid_hex() -> str:
 
 
 class RunEvent(_Contract):
-    """One line of a native ``events.jsonl`` (§2)."""
+    """One line of a native ``events.jsonl`` (§4)."""
 
     event_type: Annotated[str, Field(min_length=1)]
     run_id: Annotated[str, Field(min_length=1)]
@@ -44,7 +44,7 @@ class RunEvent(_Contract):
     sequence: Annotated[int, Field(ge=0)]
     data: dict[str, Any] = Field(default_factory=dict)
     event_id: str = Field(default_factory=_uuid_hex)  # absent: generated; null: invalid
-    created_at: datetime = Field(default_factory=_now)  # absent: now; null: invalid (§13.2)
+    created_at: datetime = Field(default_factory=_now)  # absent: now; null: invalid (§8.3)
 
 
 SEQUENCE_ADAPTER: TypeAdapter[int] = TypeAdapter(Annotated[int, Field(ge=0)])
@@ -100,7 +100,7 @@ class Usage(_Contract):
 class CostBreakdown(_Contract):
     currency: Literal["USD"] = "USD"
     source: Literal["estimated", "authoritative"] = "estimated"
-    provider: Annotated[str, Field(min_length=1)]  # §13.3
+    provider: Annotated[str, Field(min_length=1)]  # §8.4
     model: str
     input_cost: Annotated[float, Field(ge=0)] = 0.0
     cached_input_cost: Annotated[float, Field(ge=0)] = 0.0
@@ -108,7 +108,7 @@ class CostBreakdown(_Contract):
 
 
 class ModelUsageRecord(_Contract):
-    lane: Annotated[str, Field(min_length=1)]  # §13.3
+    lane: Annotated[str, Field(min_length=1)]  # §8.4
     provider: str
     model: str
     usage: Usage = Field(default_factory=Usage)
@@ -156,7 +156,7 @@ class ToolObservation(_Contract):
 
 
 class InjectedContext(_Contract):
-    item_type: Literal["injected_context"] = "injected_context"  # §13.3: absent is valid
+    item_type: Literal["injected_context"] = "injected_context"  # §8.4: absent is valid
     source: Annotated[str, Field(min_length=1, max_length=128)]
     content: Annotated[str, Field(min_length=1, max_length=16000)]
 
@@ -194,7 +194,7 @@ class VerificationCommand(_Contract):
 
 class VerificationOutcome(_Contract):
     name: str
-    argv: list[str]  # required (§13.3)
+    argv: list[str]  # required (§8.4)
     ok: bool
     exit_code: int | None = None
     duration_seconds: Annotated[float, Field(ge=0)] = 0.0
@@ -224,7 +224,7 @@ class ApprovalRequest(_Contract):
 class ApprovalAuditRecord(_Contract):
     request: ApprovalRequest
     decision: ApprovalDecision
-    decided_at: datetime = Field(default_factory=_now)  # §13.3: absent is valid
+    decided_at: datetime = Field(default_factory=_now)  # §8.4: absent is valid
 
 
 def _blank_check(v: str) -> str:
@@ -237,7 +237,7 @@ _SHA40 = re.compile(r"^[0-9a-fA-F]{40}$")
 
 
 class SessionManifest(_Contract):
-    """``session.json`` as the newest runner validates it (§4.1)."""
+    """``session.json`` as the newest runner validates it (§6.1)."""
 
     schema_version: Literal[1] = 1
     run_id: str
@@ -267,7 +267,7 @@ class SessionManifest(_Contract):
     active_writer_token: str | None = None
     writer_claimed_at: datetime | None = None
     writer_heartbeat_at: datetime | None = None
-    updated_at: datetime = Field(default_factory=_now)  # absent: now; null: invalid (§13.3)
+    updated_at: datetime = Field(default_factory=_now)  # absent: now; null: invalid (§8.4)
 
     @field_validator("run_id", "task_id", "provider_name", "model_id", "protocol")
     @classmethod
@@ -301,7 +301,7 @@ _SKILL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 class TaskContract(_Contract):
-    """``request.json`` (§5.1)."""
+    """``request.json`` (§7.1)."""
 
     repository: str
     instruction: str
@@ -334,7 +334,7 @@ class TaskContract(_Contract):
     @field_validator("enabled_skills")
     @classmethod
     def _skills(cls, v: list[str]) -> list[str]:
-        v = [s.strip() for s in v]  # stripped before the pattern and uniqueness (§13.3)
+        v = [s.strip() for s in v]  # stripped before the pattern and uniqueness (§8.4)
         for s in v:
             if not _SKILL.match(s):
                 raise ValueError(f"invalid skill name: {s!r}")

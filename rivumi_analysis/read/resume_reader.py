@@ -1,4 +1,4 @@
-"""Resume's reading of ``events.jsonl``, exactly (spec §6 step 5, §12, §13.1, §13.2).
+"""Resume's reading of ``events.jsonl``, exactly (§8.1 step 5, §8.2, §8.2, §8.3).
 
 The runner's resume reads the log as UTF-8 text with universal newlines, splits it with
 ``str.splitlines()``, skips every piece whose ``piece.strip()`` is empty (Unicode
@@ -68,7 +68,7 @@ def canonical_timestamp_ok(value: str) -> bool:
     """True when ``value`` is a runner-written timestamp pydantic provably accepts.
 
     The shape alone is not enough: hour 24, 30 February or second 60 match it and are
-    refused by pydantic (§13.2); ``datetime.fromisoformat`` refuses exactly those.
+    refused by pydantic (§8.3); ``datetime.fromisoformat`` refuses exactly those.
 
     >>> canonical_timestamp_ok("2026-08-20T21:02:47.879324Z")
     True

@@ -1,4 +1,4 @@
-"""Python's ``json.loads`` as the runner calls it, with every limit explicit (spec §7.6, §13).
+"""Python's ``json.loads`` as the runner calls it, with every limit explicit (§9.6, §8.2).
 
 The runner parses replay lines and its JSON documents (``session.json``, ``request.json``) with
 ``json.loads``. Two of its limits are not properties of the input alone:

@@ -317,7 +317,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
         if attempt:
             time.sleep(RETRY_SLEEP_SECONDS * attempt)  # let a busy writer finish its step
         # Manifest first, then the log, then check the manifest was not replaced meanwhile:
-        # the writer saves the manifest before each append (§1.4), so a stable manifest means
+        # the writer saves the manifest before each append (§3.4), so a stable manifest means
         # the log we read is not ahead of it.
         before = lstat_identity(session_path)
         files = {name: read_file(os.path.join(run_dir, name))

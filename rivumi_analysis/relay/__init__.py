@@ -2,7 +2,7 @@
 
 Spec: ``relayflowd-journal.md``. Layers (bottom to top): :mod:`.read` (discovery, copy-then-open
 SQLite reader, JSON shapes, envelope checks) → :mod:`.rules` (state-atomic reducer) →
-:mod:`.tables` (one DataFrame per table) and :mod:`.audit` (the §8 record) → :mod:`.charts`.
+:mod:`.tables` (one DataFrame per table) and :mod:`.audit` (the journal §8 record) → :mod:`.charts`.
 Heavy modules (polars, altair) are imported lazily.
 """
 

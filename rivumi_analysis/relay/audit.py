@@ -1,4 +1,4 @@
-"""The relayflowd audit record (spec §8) and the top-level audit document.
+"""The relayflowd audit record (journal §8) and the top-level audit document.
 
 >>> doc = relay_audit([])
 >>> doc["schema_version"], doc["journals"], doc["skipped"]
@@ -49,7 +49,7 @@ def channel_rows(fold: Fold) -> list[dict[str, Any]]:
 
 
 def journal_record(j: Journal, fold: Fold | None = None) -> dict[str, Any]:
-    """The §8 record of one journal (exactly the spec's keys).
+    """The journal §8 record of one journal (exactly the spec's keys).
 
     ``violations`` carry ``rule``, ``seq`` and a human-readable ``message``.
     """

@@ -1,4 +1,4 @@
-"""Read-only loading of relayflowd run journals (spec ``relayflowd-journal.md`` §1, §3).
+"""Read-only loading of relayflowd run journals (spec ``relayflowd-journal.md`` journal §1, journal §3).
 
 Discovery never follows a symlink and never opens a FIFO or device. A SQLite journal is
 copied (with its ``-wal``, never its ``-shm``) into a private temporary directory, fingerprinted
@@ -41,7 +41,7 @@ SOURCE_KINDS = ("sqlite", "jsonl", "replay_json", "journal_read")
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """One accepted journal entry (spec §3).
+    """One accepted journal entry (journal §3).
 
     Attributes:
         seq, segment_id, entry_type, run_id, step_id, attempt, at_ms, payload: the envelope.
@@ -97,7 +97,7 @@ class Journal:
         run_id: from ``meta`` (SQLite) or the lowest-seq accepted entry; None when unreadable.
         entries: accepted envelopes ordered by ``(seq, position)``.
         quarantine: quarantined rows/lines/elements in source order.
-        unreadable: the reason code when §1.1 failed or the file could not be read.
+        unreadable: the reason code when journal §1.1 failed or the file could not be read.
         segments: SQLite ``segments`` rows ``(segment_id, opened_seq)``, else None.
         warnings: diagnostics that do not change the verdict.
     """
@@ -249,7 +249,7 @@ class _Unreadable(Exception):
 
 
 def read_sqlite(abspath: str, path: str | None = None) -> Journal:
-    """Read one SQLite journal by copying it (and its ``-wal``) first (spec §1.1).
+    """Read one SQLite journal by copying it (and its ``-wal``) first (journal §1.1).
 
     Never raises for bad input: a failure makes the journal unreadable with a reason code.
     """
@@ -608,7 +608,7 @@ class _Line:
 
 
 def read_json(abspath: str, path: str | None = None) -> Journal | Skipped:
-    """Read one JSON Lines journal of any of the three shapes (spec §3.1–3.2).
+    """Read one JSON Lines journal of any of the three shapes (journal §3.1–3.2).
 
     Returns :class:`Skipped` (``not_a_journal``) when no line has a journal shape, and an
     unreadable :class:`Journal` when the file cannot be read.

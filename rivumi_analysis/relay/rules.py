@@ -1,4 +1,4 @@
-"""The state-atomic channel/journal reducer: rules C1–C13, D1–D4, J1–J6, F and DEAD (spec §7).
+"""The state-atomic channel/journal reducer: rules C1–C13, D1–D4, J1–J6, F and DEAD (journal §7).
 
 The state is a frozen dataclass; :func:`step` is a pure function ``(state, entry) -> (state,
 violations, applied)``. An entry that breaks a C, J or F rule is one the kernel would have
@@ -60,7 +60,7 @@ class Spec:
 
     @staticmethod
     def of(entries: Sequence[Envelope]) -> Spec | None:
-        """The spec of the first ``run.spawned`` (wherever it sits), or None (§7.0)."""
+        """The spec of the first ``run.spawned`` (wherever it sits), or None (journal §7.0)."""
         first = next((e for e in entries if e.entry_type == "run.spawned"), None)
         spec = first.payload.get("spec") if first is not None else None
         steps = spec.get("steps") if isinstance(spec, dict) else None
@@ -532,7 +532,7 @@ class Fold:
 
 def fold_entries(entries: Sequence[Envelope], *, run_id: str | None = None,
                  segments: tuple[tuple[int, int], ...] | None = None) -> Fold:
-    """Fold accepted entries (already in ``(seq, position)`` order) and apply DEAD (§7.4)."""
+    """Fold accepted entries (already in ``(seq, position)`` order) and apply DEAD (journal §7.4)."""
     ctx = Context(run_id, segments, Spec.of(entries))
     state = State()
     outcomes: list[Outcome] = []

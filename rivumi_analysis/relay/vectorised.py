@@ -1,6 +1,6 @@
 """Vectorised (polars) forms of reducer outputs, proven equal to the reference reducer by tests.
 
-The reducer (:mod:`.rules`) decides which entries are *applied*; once that is known, the §8
+The reducer (:mod:`.rules`) decides which entries are *applied*; once that is known, the journal §8
 channel summary is a plain aggregation over the applied channel tables, which polars does for
 a whole fleet of journals at once.
 
@@ -26,7 +26,7 @@ _SCHEMA = {"path": pl.Utf8, "channel": pl.Utf8, "consumer": pl.Utf8, "appended":
 
 def channel_summary(source: Source, *, strict: bool = False, max_depth: int = 16
                     ) -> pl.DataFrame:
-    """The §8 ``channels`` rows of every journal, one DataFrame (sorted by path, channel,
+    """The journal §8 ``channels`` rows of every journal, one DataFrame (sorted by path, channel,
     consumer); equal to the audit record's rows (tests prove it on the catalog and on
     mutated journals)."""
     from .read import load_journals

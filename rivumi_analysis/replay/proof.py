@@ -1,6 +1,6 @@
 """A cheap proof that the runner's replay accepts a log the loader already decoded.
 
-Replaying a whole log (§7) re-parses every line. For the clean logs that make up almost every
+Replaying a whole log (§9) re-parses every line. For the clean logs that make up almost every
 fleet, what the loader already knows proves replay's answer; anything it cannot prove is
 decided by the exact engine (:func:`rivumi_analysis.replay.runner.replay_verdict`), so the answer is
 always the runner's.
@@ -14,14 +14,14 @@ from ..read.snapshot import RunData
 from .runner import MAX_EVENTS, replay_verdict
 
 _PRINTABLE = re.compile(r"[!-~]+")
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # may reach the output (§13.4)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # may reach the output (§9.8)
 
 
 def envelopes_ok(run: RunData) -> bool:
     """No duplicate sequence; one ``run_id``; ids and types printable ASCII without spaces.
 
     Such values are never blank once stripped, never contain NUL and never differ after
-    replay's normalisation (§7.2), so rules 8, 9, 13 and 14 of §7.6 cannot fire.
+    replay's normalisation (§9.2), so rules 8, 9, 13 and 14 of §9.6 cannot fire.
     """
     seen: set[int] = set()
     run_id = None
@@ -39,7 +39,7 @@ def envelopes_ok(run: RunData) -> bool:
 
 
 def replay_accepts_fast(run: RunData, envelope_ok: bool) -> bool:
-    """True only when replay (§7.1-7.3) provably accepts ``run``'s log (else: undecided).
+    """True only when replay (§9.1-7.3) provably accepts ``run``'s log (else: undecided).
 
     Holds for a clean native log: every physical line accepted by the loader with no warning
     at all. For a non-external run that means each line is a JSON object that ``json.loads``

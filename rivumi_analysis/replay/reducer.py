@@ -7,15 +7,15 @@ the state exactly as it was and the rejection is reported in :class:`Transition.
 What is tracked, and the spec rule behind it:
 
 * step (``data.step`` of the latest ``model.requested``), model and tool call counters;
-* usage (§9.1): the four counters are summed and ``provider_total_tokens`` accumulates the
+* usage (§11.1): the four counters are summed and ``provider_total_tokens`` accumulates the
   computed ``total_tokens`` (``provider_total_tokens`` if given, else input + output); lanes as
   far as the log shows them (``model.completed`` = primary, ``role_lane.completed`` =
   reviewer; the wind-down call has no usage event);
-* repeat guard (§8.1), with resume (count reset to 0, fingerprint kept) and continuation (both
+* repeat guard (§10.1), with resume (count reset to 0, fingerprint kept) and continuation (both
   reset) rules; ``fingerprint_unknown`` when arguments were replaced by the ``omitted`` stub or
   for an "Unknown tool" completion with no ``tool.requested``;
 * side effects in flight, open approvals, phase, terminal, ``continuation_index``;
-* time (§8.3): elapsed since ``run.created``, approval waits, resume downtime and the charged
+* time (§10.3): elapsed since ``run.created``, approval waits, resume downtime and the charged
   wall time under either runner generation (see :func:`infer_generation`).
 
 >>> evs = events_from_bytes(b'{"sequence":0,"event_type":"run.created","data":{}}\\n'
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 REPEAT_TRIP = 3
-"""The repeat guard trips when ``repeat_count`` reaches this value (§8.1)."""
+"""The repeat guard trips when ``repeat_count`` reaches this value (§10.1)."""
 
 _TERMINAL = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
 _UNKNOWN_TOOL_PREFIX = "Unknown tool"
@@ -69,7 +69,7 @@ def _int(value: Any) -> int:
 
 @dataclass(frozen=True, slots=True)
 class UsageTotals:
-    """Cumulative usage (§4.3/§9.1). ``provider_total_tokens`` is None until the first add.
+    """Cumulative usage (§6.3/§11.1). ``provider_total_tokens`` is None until the first add.
 
     >>> u = UsageTotals().add({"input_tokens": 3, "output_tokens": 2})
     >>> (u.input_tokens, u.provider_total_tokens, u.total_tokens)
@@ -138,7 +138,7 @@ def _interval_has(intervals: tuple[tuple[int, int], ...], n: int) -> bool:
 
 
 def fingerprint(name: Any, arguments: Any) -> str:
-    """The repeat-guard fingerprint of a tool call (§8.1).
+    """The repeat-guard fingerprint of a tool call (§10.1).
 
     >>> fingerprint("run_check", {"name": "check-1"})[:16]
     'fe8994c7102d5a7f'
@@ -167,7 +167,7 @@ class ReducerEvent:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Budget limits from ``request.json`` (§5.1). ``None`` fields mean "no limit known"."""
+    """Budget limits from ``request.json`` (§7.1). ``None`` fields mean "no limit known"."""
 
     max_steps: int | None = None
     wall_time_seconds: float | None = None
@@ -223,11 +223,11 @@ class RunState:
     tool_requests: int = 0
     tool_starts: int = 0
     tool_completions: int = 0
-    # usage (§9.1)
+    # usage (§11.1)
     usage: UsageTotals = UsageTotals()
     usage_primary: UsageTotals = UsageTotals()
     usage_reviewer: UsageTotals = UsageTotals()
-    # repeat guard (§8.1)
+    # repeat guard (§10.1)
     last_fingerprint: str | None = None
     fingerprint_key: str | None = None  # comparable stand-in when the real one is unknown
     repeat_count: int = 0
@@ -250,7 +250,7 @@ class RunState:
     terminal_reason: str | None = None
     continuation_index: int = 0
     resume_count: int = 0
-    # time (§8.3)
+    # time (§10.3)
     started_at: datetime | None = None
     turn_started_at: datetime | None = None
     last_time: datetime | None = None
@@ -284,7 +284,7 @@ class RunState:
         return _seconds(self.started_at, self.last_time)
 
     def charged_wall_seconds(self, charge_approval_waits: bool) -> float | None:
-        """Charged wall time of the current turn by §8.3.
+        """Charged wall time of the current turn by §10.3.
 
         Continuations restart the clock. With ``charge_approval_waits=False`` (current
         runners) approval waits and resume downtime that began inside an approval wait are
@@ -350,7 +350,7 @@ def _get(s: RunState, changes: dict[str, Any], name: str) -> Any:
 
 def _repeat(s: RunState, key: str, real: str | None, unknown: bool,
             changes: dict[str, Any], name: Any) -> None:
-    """§8.1 for one evaluated tool call: same key → count + 1, else key replaces, count 1."""
+    """§10.1 for one evaluated tool call: same key → count + 1, else key replaces, count 1."""
     last_key = _get(s, changes, "fingerprint_key")
     if last_key is not None and key == last_key:
         changes["repeat_count"] = _get(s, changes, "repeat_count") + 1
@@ -368,7 +368,7 @@ def _repeat(s: RunState, key: str, real: str | None, unknown: bool,
 
 def _settle_pending(s: RunState, changes: dict[str, Any], seq: int) -> None:
     """Calls the model asked for that never reached the log were still evaluated by the guard
-    (§8.1: the tripping call gets no ``tool.requested``). A call named like the previous one is
+    (§10.1: the tripping call gets no ``tool.requested``). A call named like the previous one is
     taken to repeat it (that is what trips the guard); any other name has an unknown
     fingerprint."""
     pending = s.pending_calls
@@ -439,7 +439,7 @@ def apply_event(state: RunState, event: ReducerEvent) -> Transition:
             c["turn_started_at"] = when
     elif et == "session.resumed":
         c["resume_count"] = s.resume_count + 1
-        c["repeat_count"] = 0  # §6 step 11: the count is not restored; the fingerprint is
+        c["repeat_count"] = 0  # §8.1 step 11: the count is not restored; the fingerprint is
         c["pending_calls"] = ()
         c["phase"] = "running"
         gap = _seconds(s.last_time, when) or 0.0
@@ -635,7 +635,7 @@ def events_from_run(run: Any) -> list[ReducerEvent]:
 
 
 def infer_generation(events: Sequence[ReducerEvent], manifest: Any = None) -> str:
-    """Guess the runner generation from the signals §0 lists: ``"m4"``, ``"current"`` or
+    """Guess the runner generation from the signals §1.2 lists: ``"m4"``, ``"current"`` or
     ``"unknown"``.
 
     ``approval.*`` events without ``policy_reason`` or ``verification.completed`` without

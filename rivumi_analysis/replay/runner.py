@@ -1,8 +1,8 @@
-"""Runner-compatible replay, ``--replay-json`` output and seed-only fork seeds (spec §7).
+"""Runner-compatible replay, ``--replay-json`` output and seed-only fork seeds (§9).
 
 This module re-implements the runner's ``session_replay.py`` (``reduce_jsonl`` →
 normalisation → ``_reduce_normalized``) over raw bytes, with exactly the refusal messages and
-check order of §7.6, plus the toolkit decisions listed at the end of §7.6 for the cases where
+check order of §9.6, plus the toolkit decisions listed at the end of §9.6 for the cases where
 the runner crashes or hangs (invalid UTF-8, recursion overflow, symlinked or non-regular
 ``events.jsonl``).
 
@@ -49,18 +49,18 @@ __all__ = [
 ]
 
 MAX_LINE_BYTES = 131_072
-"""Replay's per-line bound (newline excluded), §7.1."""
+"""Replay's per-line bound (newline excluded), §9.1."""
 MAX_EVENTS = 10_000
-"""Replay's bound on the number of events after normalisation, §7.2."""
+"""Replay's bound on the number of events after normalisation, §9.2."""
 MAX_TEXT_CHARS = 16_000
 """Strings picked for ``text``/``detail`` and the optional top-level strings are cut here."""
 
-# §7.2: the optional top-level string keys, in the order the runner checks them (rule 11).
+# §9.2: the optional top-level string keys, in the order the runner checks them (rule 11).
 _TOP_LEVEL_TEXT_KEYS: tuple[str, ...] = (
     "text", "summary", "terminal_reason", "reason", "error", "tool", "tool_name", "name",
     "model", "runtime", "provider", "base_sha", "model_override",
 )
-# §7.3: keys searched for a timeline ``detail``, top level first, then ``data``.
+# §9.3: keys searched for a timeline ``detail``, top level first, then ``data``.
 _DETAIL_KEYS: tuple[str, ...] = (
     "summary", "terminal_reason", "reason", "error", "tool", "tool_name", "name", "model",
     "runtime", "provider", "base_sha",
@@ -90,7 +90,7 @@ def _drop_nulls(obj: Any) -> Any:
 
 
 def canonical_json(obj: Any) -> str:
-    """Return the runner's canonical JSON text of ``obj`` (§7.4), without the final newline.
+    """Return the runner's canonical JSON text of ``obj`` (§9.4), without the final newline.
 
     Keys are sorted, separators compact, non-ASCII kept raw, and keys whose value is ``None``
     are dropped at every level (the replay state and seed contain no nulls worth keeping).
@@ -110,13 +110,13 @@ def canonical_json(obj: Any) -> str:
 
 SURROGATE_OUTPUT_MESSAGE = (
     "replay output would contain a lone surrogate, which is not valid UTF-8")
-"""Documented decision (§13.4): ``json.loads`` turns an escape such as ``\\ud800`` into a lone
+"""Documented decision (§9.8): ``json.loads`` turns an escape such as ``\\ud800`` into a lone
 surrogate; when one reaches the replay state or seed, the runner's CLI crashes printing it.
 The toolkit refuses instead (exit 2) and never prints bytes that are not UTF-8."""
 
 
 def _printable(state: dict[str, Any]) -> dict[str, Any]:
-    """Return ``state`` if its canonical JSON encodes as UTF-8, else refuse (§13.4)."""
+    """Return ``state`` if its canonical JSON encodes as UTF-8, else refuse (§9.8)."""
     try:
         canonical_json(state).encode("utf-8")
     except UnicodeEncodeError:
@@ -125,10 +125,10 @@ def _printable(state: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# Loading (§7.1, rules 1-6)
+# Loading (§9.1, rules 1-6)
 # --------------------------------------------------------------------------------------------
 def events_path(run_dir: str | os.PathLike[str]) -> str:
-    """Return ``<run_dir>/events.jsonl`` joined as given (never resolved), as §7.6 requires.
+    """Return ``<run_dir>/events.jsonl`` joined as given (never resolved), as §9.6 requires.
 
     >>> events_path("runs/abc")
     'runs/abc/events.jsonl'
@@ -239,16 +239,16 @@ def _load_line(raw: bytes, has_newline: bool, line_no: int) -> dict[str, Any] | 
         # BOM and decodes with "surrogatepass"; depth and digit limits are explicit.
         value = _runner_json.loads(raw)
     except UnicodeDecodeError:
-        # The runner crashes here; §7.6 toolkit decision.
+        # The runner crashes here; §9.6 toolkit decision.
         raise ReplayRefused(f"event JSONL line {line_no} is not valid UTF-8") from None
     except _runner_json.IntTooLong:
         # The runner crashes (ValueError from Python's integer-string limit); documented
-        # toolkit decision (§13.4).
+        # toolkit decision (§9.8).
         raise ReplayRefused(f"event JSONL line {line_no} has an integer of more than "
                             f"{_runner_json.INT_MAX_DIGITS} digits") from None
     except ValueError:
         # JSONDecodeError, and nesting past PYTHON_JSON_MAX_DEPTH (the runner's
-        # RecursionError; §7.6 decision).
+        # RecursionError; §9.6 decision).
         raise ReplayRefused(f"event JSONL line {line_no} is not valid JSON") from None
     if not isinstance(value, dict):
         raise ReplayRefused(f"event JSONL line {line_no} must contain an object")
@@ -256,7 +256,7 @@ def _load_line(raw: bytes, has_newline: bool, line_no: int) -> dict[str, Any] | 
 
 
 def parse_lines(data: bytes) -> list[dict[str, Any]]:
-    """Apply the loading rules 1-5 of §7.6 to ``data`` and return the JSON objects in order.
+    """Apply the loading rules 1-5 of §9.6 to ``data`` and return the JSON objects in order.
 
     Lines are split after each ``\\n``; the first failing line decides. Blank lines (after
     ``bytes.strip()``) are skipped and still count in the 1-based physical line number.
@@ -314,7 +314,7 @@ def _load_normalized(chunks: Iterable[bytes]) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------------------------
-# Normalisation (§7.2, rules 7-12)
+# Normalisation (§9.2, rules 7-12)
 # --------------------------------------------------------------------------------------------
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -384,7 +384,7 @@ def normalize_events(raw_events: Sequence[dict[str, Any]]) -> list[dict[str, Any
 
 
 # --------------------------------------------------------------------------------------------
-# Reduction (§7.3, rules 13-15) and output (§7.4)
+# Reduction (§9.3, rules 13-15) and output (§9.4)
 # --------------------------------------------------------------------------------------------
 def _checked_text(value: str, label: str) -> str:
     if "\x00" in value:
@@ -424,7 +424,7 @@ def _timeline_item(event: dict[str, Any]) -> dict[str, Any]:
 
 
 def reduce_normalized(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Reduce normalised events to the §7.4 replay state dict (null keys already dropped).
+    """Reduce normalised events to the §9.4 replay state dict (null keys already dropped).
 
     Events are stably sorted by sequence; gaps are allowed, duplicates are refused.
 
@@ -501,11 +501,11 @@ def replay_bytes(data: bytes) -> dict[str, Any]:
         data: the whole file content.
 
     Returns:
-        The §7.4 replay state dict (null keys dropped); ``canonical_json`` of it plus ``"\\n"``
+        The §9.4 replay state dict (null keys dropped); ``canonical_json`` of it plus ``"\\n"``
         is the runner's stdout.
 
     Raises:
-        ReplayRefused: any refusal of §7.6 rules 1-5 and 7-15.
+        ReplayRefused: any refusal of §9.6 rules 1-5 and 7-15.
 
     >>> replay_bytes(b"")["event_count"]
     0
@@ -524,10 +524,10 @@ def replay_state(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         run_dir: a run directory, as given (it is joined, never resolved).
 
     Returns:
-        The §7.4 replay state dict.
+        The §9.4 replay state dict.
 
     Raises:
-        ReplayRefused: with the runner's exact message (§7.6).
+        ReplayRefused: with the runner's exact message (§9.6).
 
     >>> replay_state("/nonexistent-dir")
     Traceback (most recent call last):
@@ -538,7 +538,7 @@ def replay_state(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# Fork seed (§7.5, rules 16-18)
+# Fork seed (§9.5, rules 16-18)
 # --------------------------------------------------------------------------------------------
 def _check_fork_sequence(sequence: Any) -> int:
     if not _is_int(sequence) or sequence < 0:
@@ -557,7 +557,7 @@ def _seed_from_events(events: list[dict[str, Any]], sequence: int) -> dict[str, 
         "schema_version": 1,
         "fork_point_sequence": sequence,
         "fork_point_event_type": at[0]["event_type"],
-        # §13.4: the ids reduced from the prefix, not from the whole log.
+        # §9.8: the ids reduced from the prefix, not from the whole log.
         "source_run_id": prefix_state.get("run_id"),
         "source_conversation_id": prefix_state.get("conversation_id"),
         "new_run_id": None,
@@ -609,7 +609,7 @@ def fork_seed(run_dir: str | os.PathLike[str], sequence: int) -> dict[str, Any]:
         The seed dict; ``canonical_json(seed) + "\\n"`` is the runner's output.
 
     Raises:
-        ReplayRefused: the runner's message (§7.6 rules 16-18 and 1-15).
+        ReplayRefused: the runner's message (§9.6 rules 16-18 and 1-15).
 
     >>> fork_seed("/nonexistent-dir", -1)
     Traceback (most recent call last):
@@ -667,7 +667,7 @@ def replay_verdict(events_bytes: bytes | None, events_status: str,
 def render_human(state: dict[str, Any], run_dir: str) -> str:
     """Render a replay state for people: a header, the state keys, then the timeline.
 
-    Modelled on the runner's ``--replay`` layout (§7.4) with a short summary line added.
+    Modelled on the runner's ``--replay`` layout (§9.4) with a short summary line added.
 
     >>> print(render_human(replay_bytes(b'{"sequence":0,"event_type":"run.created"}\\n'), "r"))
     Replay r

@@ -6,9 +6,9 @@ its state is a prefix aggregate, so here it becomes window expressions partition
 
 * counters (model/tool calls, continuation/resume counts): ``cum_sum`` of indicators;
 * step, phase, terminal, terminal reason, turn start step: forward fill of the last "setter";
-* usage (§9.1): ``cum_sum`` of the per-event contributions (``provider_total_tokens`` is null
+* usage (§11.1): ``cum_sum`` of the per-event contributions (``provider_total_tokens`` is null
   until the first usage mapping, then the running sum of the computed ``total_tokens``);
-* time (§8.3): ``cum_max`` of ``created_at`` (latest time), first time of each
+* time (§10.3): ``cum_max`` of ``created_at`` (latest time), first time of each
   ``run.created``/``session.continued`` segment (start and turn start), differences in exact
   microseconds divided by 10**6 (bit-identical to ``timedelta.total_seconds``), float
   ``cum_sum`` of increments (same additions in the same order as the reducer);
@@ -17,7 +17,7 @@ its state is a prefix aggregate, so here it becomes window expressions partition
   completion removes a key that is; the count is the ``cum_sum`` of those deltas.
 
 Two small parts stay sequential, over the few events that touch them only (not per row): the
-repeat guard (§8.1: it needs the sha256 fingerprint of each requested call, computed with the
+repeat guard (§10.1: it needs the sha256 fingerprint of each requested call, computed with the
 reducer's own :func:`~rivumi_analysis.replay.reducer.fingerprint`) and open approvals (request ids and
 their waits). Their per-event results are then forward filled by polars.
 
@@ -27,14 +27,14 @@ reducer (``engine="auto"``), so the table always equals the reference. The reaso
 
 * ``duplicate_sequence``: the reducer rejects the event and keeps the state (state-atomic);
 * ``pending_calls_at_settle``: a tool call the model asked for never reached the log before the
-  next step or terminal event (the repeat-guard trip or an unlogged call, §8.1), so the
+  next step or terminal event (the repeat-guard trip or an unlogged call, §10.1), so the
   reducer's ``_settle_pending`` heuristics apply;
 * ``tool_calls_not_strings``: a ``model.completed.tool_calls`` entry that is not a string;
 * ``overlapping_approvals``: an ``approval.requested`` while another one is still open (the
   open-wait sums would depend on the order of several entries);
 * ``unhashable_verification_name``: the reference itself raises on such a log.
 
-``fork_accepted`` (does replay accept the whole log, §7.6) is proved cheaply from what the
+``fork_accepted`` (does replay accept the whole log, §9.6) is proved cheaply from what the
 loader already established for a clean native log (see :func:`_replay_accepts_fast`); when the
 proof does not go through, the exact :func:`rivumi_analysis.replay.runner.replay_verdict` decides.
 """
@@ -172,7 +172,7 @@ def _fork_accepted(run: RunData, envelope_ok: bool) -> bool:
 # --------------------------------------------------------------------------------------------
 def _guard_scan(evs: Sequence[Event], idx: Sequence[int], cnt: list[Any], fp_set: list[Any],
                 fp: list[Any], unk: list[Any], gname: list[Any]) -> str | None:
-    """§8.1 over one run's guard-relevant events (in file order); fills the setter columns.
+    """§10.1 over one run's guard-relevant events (in file order); fills the setter columns.
 
     Returns a fallback reason when a settle point still has pending calls.
     """
@@ -221,7 +221,7 @@ def _guard_scan(evs: Sequence[Event], idx: Sequence[int], cnt: list[Any], fp_set
             fp[i] = None
             unk[i] = False
             continue
-        else:  # a settle point (§8.1 unlogged calls): only the empty case is vectorised
+        else:  # a settle point (§10.1 unlogged calls): only the empty case is vectorised
             if pending:
                 return "pending_calls_at_settle"
             continue

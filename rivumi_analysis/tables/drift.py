@@ -49,19 +49,19 @@ DRIFT_FIELDS: tuple[str, ...] = (
     "last_event_sequence", "verification", "phase", "terminal", "active_wall_time_seconds",
 )
 EXPLANATIONS: Mapping[str, str] = {
-    "resume_resets_repeat_count": "resume restores the fingerprint but not repeat_count (§6 step 11, §8.1)",
-    "continuation_resets_repeat_guard": "a continuation resets fingerprint and repeat_count (§8.1, §9.6)",
-    "m4_charges_approval_waits": "M4-era runners did not pause the wall clock during approvals (§8.3)",
-    "resume_downtime_charged": "the whole outage before a resume is charged when the clock was running (§8.3)",
-    "guard_counts_unlogged_calls": "the guard also counted calls the model made that never got a tool.requested (the tripping call, §8.1)",
-    "events_rejected": "the reducer rejected events (duplicate sequences, §2.4 emit race), so the log cannot reproduce the manifest",
-    "manifest_ahead_by_one": "session.json was saved for an event that was never appended (§1.4)",
-    "usage_includes_unlogged_lanes": "manifest usage includes model calls with no usage event (wind-down lane, §8.2/§9.1)",
-    "usage_includes_budget_crossing_call": "the primary call that crossed the token budget has no model.completed (§9.1)",
-    "fingerprint_unknown": "the last fingerprint cannot be rebuilt (omitted arguments or unknown tool, §8.1)",
-    "read_only_batch_lookahead": "read-only batch lookahead evaluates the guard for calls not yet logged (§8.1)",
-    "clock_running_at_crash": "the run stopped with the clock running; the manifest base excludes the last segment (§8.3)",
-    "phase_changes_unlogged": "the manifest phase moved (preparing/running) without an event (§4.1)",
+    "resume_resets_repeat_count": "resume restores the fingerprint but not repeat_count (§8.1 step 11, §10.1)",
+    "continuation_resets_repeat_guard": "a continuation resets fingerprint and repeat_count (§10.1, §11.6)",
+    "m4_charges_approval_waits": "M4-era runners did not pause the wall clock during approvals (§10.3)",
+    "resume_downtime_charged": "the whole outage before a resume is charged when the clock was running (§10.3)",
+    "guard_counts_unlogged_calls": "the guard also counted calls the model made that never got a tool.requested (the tripping call, §10.1)",
+    "events_rejected": "the reducer rejected events (duplicate sequences, §4.5 emit race), so the log cannot reproduce the manifest",
+    "manifest_ahead_by_one": "session.json was saved for an event that was never appended (§3.4)",
+    "usage_includes_unlogged_lanes": "manifest usage includes model calls with no usage event (wind-down lane, §10.2/§11.1)",
+    "usage_includes_budget_crossing_call": "the primary call that crossed the token budget has no model.completed (§11.1)",
+    "fingerprint_unknown": "the last fingerprint cannot be rebuilt (omitted arguments or unknown tool, §10.1)",
+    "read_only_batch_lookahead": "read-only batch lookahead evaluates the guard for calls not yet logged (§10.1)",
+    "clock_running_at_crash": "the run stopped with the clock running; the manifest base excludes the last segment (§10.3)",
+    "phase_changes_unlogged": "the manifest phase moved (preparing/running) without an event (§6.1)",
 }
 
 _SCHEMA = {
@@ -220,7 +220,7 @@ def drift_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
             ``RunData`` or a list of them is also accepted.
         strict: raise ``QuarantineError`` if any line was quarantined.
         max_depth: discovery depth limit.
-        charge_approval_waits: §8.3 rule (None infers it per run, see ``states_df``).
+        charge_approval_waits: §10.3 rule (None infers it per run, see ``states_df``).
 
     Returns:
         Columns ``run_dir, run_id, kind, field, replayed, manifest, matches, explanation,

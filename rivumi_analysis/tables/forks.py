@@ -4,7 +4,7 @@ Two kinds of rows (``row_kind``):
 
 * ``fork_link``: one per fork run (its first event is ``run.forked``). ``source_run_id`` is
   ``run.forked.data.source_run_id``, which the runner sets to the source **directory name**
-  (§7.5); ``source_run_dir`` is the loaded run with that directory name (null when it was not
+  (§9.5); ``source_run_dir`` is the loaded run with that directory name (null when it was not
   loaded), and ``fork_point_matches`` says whether the source log has an event with the
   fork point's sequence and type and ``events_included`` events up to it.
 * ``candidate``: one per ``fork_safe`` event of every non-external run (no side effect in

@@ -5,7 +5,7 @@ One row per accepted event (``RunData.events``), in file order, keyed by (``run_
 reducer rejects (a second event with an already-seen sequence) keep their row, carry the
 reason in ``rejected`` and leave the state columns as they were before the event.
 
-External runs (§9.8) are left out: their events are not native RunEvents, so step, usage,
+External runs (§11.8) are left out: their events are not native RunEvents, so step, usage,
 repeat-guard and approval state do not apply to them.
 
 ``charge_approval_waits``: None (default) infers the runner generation per run
@@ -60,7 +60,7 @@ def replay_run(run: RunData, *, charge_approval_waits: bool | None = None) -> Ru
 
     Args:
         run: a run read by the loader.
-        charge_approval_waits: force the §8.3 rule, or None to infer it from the generation.
+        charge_approval_waits: force the §10.3 rule, or None to infer it from the generation.
 
     Returns:
         A :class:`RunReplay`.
@@ -139,7 +139,7 @@ def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
             ``RunData`` or a list of them is also accepted.
         strict: raise ``QuarantineError`` if any line was quarantined.
         max_depth: discovery depth limit.
-        charge_approval_waits: §8.3 rule for charged wall time; None infers it per run (M4
+        charge_approval_waits: §10.3 rule for charged wall time; None infers it per run (M4
             runners charged approval waits; current ones do not).
         engine: ``"auto"`` (default): the vectorised engine (:mod:`rivumi_analysis.replay.vectorised`), with the
             runs it cannot express exactly handed to the reference reducer, so the result

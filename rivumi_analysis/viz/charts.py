@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 REPEAT_THRESHOLD = 3
-"""The repeat guard trips at the third identical call in a row (§8.1)."""
+"""The repeat guard trips at the third identical call in a row (§10.1)."""
 
 CAPS: Mapping[str, int] = {
     "timeline_runs": 40,       # rows (runs) in the step timeline
@@ -510,7 +510,7 @@ def _repeat_from_states(states: pl.DataFrame) -> pl.DataFrame:
 
 
 def _repeat_from_events(events: pl.DataFrame) -> pl.DataFrame:
-    """Rebuild repeat counts from ``tool.requested`` name+arguments (§8.1), per run."""
+    """Rebuild repeat counts from ``tool.requested`` name+arguments (§10.1), per run."""
     ev = events.filter(pl.col("event_type").is_in(["tool.requested", "run.failed",
                                                    "session.resumed", "session.continued"]))
     rows: list[dict[str, Any]] = []
@@ -854,7 +854,7 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     Left: cumulative total tokens along each run's event sequence (``states_df``, else the
     running sum of ``model_calls_df.total_tokens``); a dashed rule per run at its
     ``max_total_tokens``; ``context_pressure.summary_fallback_applied`` events (history
-    compaction, §9.2) as black diamonds. Right: final tokens as a fraction of the budget for
+    compaction, §11.2) as black diamonds. Right: final tokens as a fraction of the budget for
     **all** runs that have a budget (binned in polars).
 
     Args:

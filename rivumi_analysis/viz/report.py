@@ -58,7 +58,7 @@ CHART_SECTIONS: list[tuple[str, str, str, Callable[[Tables], Any]]] = [
                                tool_calls=t["tool_calls"], approvals=t["approvals"],
                                verifications=t["verifications"], events=t["events"])),
     ("repeat", "Repeat guard",
-     "repeat_count along each run's tool calls against the trip threshold of 3 (§8.1). Red "
+     "repeat_count along each run's tool calls against the trip threshold of 3 (§10.1). Red "
      "diamonds are trips (the run failed with repeated_action), orange triangles near misses. "
      "The bars count every run by its peak repeat count.",
      lambda t: C.repeat_guard(states=t["states"], events=t["events"], runs=t["runs"])),

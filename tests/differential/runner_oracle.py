@@ -1,13 +1,13 @@
-"""An independent oracle of the runner's resume, replay and fork-seed code (spec §6, §7, §12, §13).
+"""An independent oracle of the runner's resume, replay and fork-seed code (§8.1, §9, §8.2, §8.2).
 
 Written for the differential tests from the spec alone: it imports nothing from
 ``rivumi_analysis``. The models are pydantic models kept as close to the runner's as the spec
 allows (``extra="forbid"``, frozen, lax types, the runner's defaults, lengths, NUL validators
-and stripping, §4, §5, §13.3). Resume's reading of ``events.jsonl`` is done literally
+and stripping, §6, §7, §8.4). Resume's reading of ``events.jsonl`` is done literally
 (``read_text`` with universal newlines, ``str.splitlines()``, ``piece.strip()`` for blank
-pieces, ``RunEvent.model_validate_json(piece)`` unstripped, §13.1); replay's reading is done
+pieces, ``RunEvent.model_validate_json(piece)`` unstripped, §8.2); replay's reading is done
 literally too (bytes split after ``\\n``, ``bytes.strip()``, ``json.loads``, the checks and
-messages of §7.6).
+messages of §9.6).
 
 Where the runner itself crashes (a traceback instead of a verdict or a refusal) the oracle
 returns the toolkit's documented decision instead (README "Documented decisions"):
@@ -66,7 +66,7 @@ def _uuid_hex() -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Models (§2, §4, §5, §13.2, §13.3)
+# Models (§4, §6, §7, §8.3, §8.4)
 # --------------------------------------------------------------------------------------------
 class ContractModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -132,7 +132,7 @@ class Usage(ContractModel):
 class CostBreakdown(ContractModel):
     currency: Literal["USD"] = "USD"
     source: Literal["estimated", "authoritative"] = "estimated"
-    provider: NonEmptyStr  # §13.3
+    provider: NonEmptyStr  # §8.4
     model: str
     input_cost: NonNegFloat = 0.0
     cached_input_cost: NonNegFloat = 0.0
@@ -140,7 +140,7 @@ class CostBreakdown(ContractModel):
 
 
 class ModelUsageRecord(ContractModel):
-    lane: NonEmptyStr  # §13.3
+    lane: NonEmptyStr  # §8.4
     provider: str
     model: str
     usage: Usage = Field(default_factory=Usage)
@@ -148,7 +148,7 @@ class ModelUsageRecord(ContractModel):
 
 
 class ToolCall(ContractModel):
-    tool_call_id: NonEmptyStr = Field(default_factory=_uuid_hex)  # §13.3 default
+    tool_call_id: NonEmptyStr = Field(default_factory=_uuid_hex)  # §8.4 default
     name: NonEmptyStr
     arguments: dict[str, Any] = Field(default_factory=dict)
     provider_metadata: dict[str, Any] = Field(default_factory=dict)
@@ -188,7 +188,7 @@ class ToolObservation(ContractModel):
 
 
 class InjectedContext(ContractModel):
-    item_type: Literal["injected_context"] = "injected_context"  # §13.3 default
+    item_type: Literal["injected_context"] = "injected_context"  # §8.4 default
     source: Annotated[str, Field(min_length=1, max_length=128)]
     content: Annotated[str, Field(min_length=1, max_length=16_000)]
 
@@ -229,7 +229,7 @@ class VerificationCommand(ContractModel):
 
 class VerificationOutcome(ContractModel):
     name: str
-    argv: list[str]  # §13.3: required
+    argv: list[str]  # §8.4: required
     ok: bool
     exit_code: int | None = None
     duration_seconds: NonNegFloat = 0.0
@@ -237,7 +237,7 @@ class VerificationOutcome(ContractModel):
 
 
 class ApprovalRequest(ContractModel):
-    request_id: NonEmptyStr = Field(default_factory=_uuid_hex)  # §13.3
+    request_id: NonEmptyStr = Field(default_factory=_uuid_hex)  # §8.4
     run_id: NonEmptyStr
     action_id: NonEmptyStr
     effect: ToolEffect
@@ -259,7 +259,7 @@ class ApprovalRequest(ContractModel):
 class ApprovalAuditRecord(ContractModel):
     request: ApprovalRequest
     decision: ApprovalDecision
-    decided_at: datetime = Field(default_factory=_now)  # §13.3
+    decided_at: datetime = Field(default_factory=_now)  # §8.4
 
 
 def _stripped_nonblank(v: str) -> str:
@@ -298,7 +298,7 @@ class SessionManifest(ContractModel):
     active_writer_token: str | None = None
     writer_claimed_at: datetime | None = None
     writer_heartbeat_at: datetime | None = None
-    updated_at: datetime = Field(default_factory=_now)  # §13.3: null is invalid
+    updated_at: datetime = Field(default_factory=_now)  # §8.4: null is invalid
 
     @field_validator("run_id", "task_id", "provider_name", "model_id", "protocol")
     @classmethod
@@ -364,7 +364,7 @@ class TaskContract(ContractModel):
     @field_validator("enabled_skills")
     @classmethod
     def _skills(cls, v: list[str]) -> list[str]:
-        out = [s.strip() for s in v]  # §13.3: stripped before the checks
+        out = [s.strip() for s in v]  # §8.4: stripped before the checks
         for s in out:
             if not _SKILL.match(s):
                 raise ValueError(f"bad skill {s!r}")
@@ -426,7 +426,7 @@ def runner_json_loads(doc: str | bytes) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
-# Resume (§6 steps 3-7 and 9; §12; §13.1-13.3)
+# Resume (§8.1 steps 3-7 and 9; §8.2; §8.2-13.3)
 # --------------------------------------------------------------------------------------------
 @dataclass
 class ResumeOutcome:
@@ -455,7 +455,7 @@ def _read_doc(path: Path) -> tuple[Any, str | None]:
 
 
 def resume_read_events(path: Path) -> tuple[list[RunEvent], str | None]:
-    """Resume's literal reading of events.jsonl: (events, first error) (§13.1)."""
+    """Resume's literal reading of events.jsonl: (events, first error) (§8.2)."""
     if path.stat().st_size > RUNNER_FILE_LIMIT:
         return [], "too_large"
     try:
@@ -585,7 +585,7 @@ def resume_verdict(run_dir: str | os.PathLike[str]) -> ResumeOutcome:
 
 
 # --------------------------------------------------------------------------------------------
-# Replay (§7.1-7.4, §7.6) and fork seeds (§7.5, §13.4)
+# Replay (§9.1-7.4, §9.6) and fork seeds (§9.5, §9.8)
 # --------------------------------------------------------------------------------------------
 class ReplayError(Exception):
     """A refusal: ``error: <message>`` on stderr, exit 2 (runner message or documented)."""
@@ -630,7 +630,7 @@ def _long_int_digits(raw: bytes) -> bool:
 
 
 def replay_load(data: bytes) -> list[Any]:
-    """§7.6 rules 1-5 (plus the documented decisions): the JSON value of each non-blank line."""
+    """§9.6 rules 1-5 (plus the documented decisions): the JSON value of each non-blank line."""
     values = []
     for n, line in enumerate(_binary_lines(data), start=1):
         has_nl = line.endswith(b"\n")
@@ -777,7 +777,7 @@ def replay_json(data: bytes) -> str:
 
 
 def fork_seed_json(data: bytes, n: int) -> str:
-    """stdout of the seed-only fork seed at ``n`` (§7.5, §7.6 rules 16-18, §13.4)."""
+    """stdout of the seed-only fork seed at ``n`` (§9.5, §9.6 rules 16-18, §9.8)."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ReplayError("fork sequence must be a non-negative integer")
     events = _normalized(data)
@@ -789,7 +789,7 @@ def fork_seed_json(data: bytes, n: int) -> str:
     state = _reduce(prefix)
     seed = {"schema_version": 1, "fork_point_sequence": n,
             "fork_point_event_type": at[0]["event_type"],
-            "source_run_id": state.get("run_id"),  # §13.4: from the prefix
+            "source_run_id": state.get("run_id"),  # §9.8: from the prefix
             "source_conversation_id": state.get("conversation_id"),
             "events_included": len(prefix), "side_effects_replayed": False,
             "run_started": False, "replay_state": state}
