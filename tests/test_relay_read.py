@@ -130,13 +130,14 @@ def test_discovery_registry_sidecars_symlinks_fifos(tmp_path):
     os.mkfifo(tmp_path / "fifo.jsonl")
     (tmp_path / "notes.jsonl").write_text('{"hello": 1}\n')
     (tmp_path / "other.txt").write_text("ignored")
+    os.symlink(runs, tmp_path / "linkdir")
     doc = relay_audit([str(tmp_path)])
     assert [r["path"] for r in doc["journals"]] == ["runs/01TESTRUN.sqlite3"]
     assert {(s["path"], s["reason"]) for s in doc["skipped"]} == {
         ("relayflowd.sqlite3", "registry"), ("runs/01GONE.sqlite3-wal", "wal_without_database"),
         ("runs/01GONE.sqlite3-shm", "shm_without_database"), ("linked.sqlite3", "symlink"),
         ("linked.jsonl", "symlink"), ("fifo.jsonl", "not_regular"),
-        ("notes.jsonl", "not_a_journal")}
+        ("notes.jsonl", "not_a_journal"), ("linkdir", "symlink")}
     # named explicitly, a symlinked or FIFO journal is skipped too (never followed/opened)
     doc = relay_audit([str(tmp_path / "linked.jsonl"), str(tmp_path / "fifo.jsonl")])
     assert doc["journals"] == []

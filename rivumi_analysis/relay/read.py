@@ -196,6 +196,9 @@ def _walk(root: str, directory: str, depth: int, max_depth: int, found: list[Can
             if depth + 1 <= max_depth:
                 _walk(root, e.path, depth + 1, max_depth, found, skipped, exclude)
             continue
+        if stat.S_ISLNK(st.st_mode) and os.path.isdir(e.path):
+            skipped.append(Skipped(rel, "symlink", "a symlinked directory: never followed"))
+            continue
         _classify(os.path.abspath(e.path), rel, st, found, skipped, explicit=False)
 
 
