@@ -88,3 +88,12 @@ def test_export_writes_every_run_table(tmp_path: Path) -> None:
         assert manifest["tables"][table]["rows"] > 0, table
     on_disk = json.loads((tmp_path / "out" / "_dataset.json").read_text("utf-8"))
     assert set(on_disk["tables"]) == set(TABLES)
+
+
+def test_dir_lists_the_public_names() -> None:
+    import rivumi_analysis
+
+    names = set(dir(rivumi_analysis))
+    assert {"runs_df", "events_df", "messages_df", "search", "load_fleet", "audit_run",
+            "__version__"} <= names
+    assert all(callable(getattr(rivumi_analysis, n)) for n in names - {"__version__"})
