@@ -120,9 +120,12 @@ def test_repeat_guard_threshold_trips_and_fallback(tables):
     spec = C.repeat_guard(states=s).to_dict()
     statuses = {(r.get("run_id"), r.get("status")) for r in _values(spec) if "call" in r}
     assert ("a", "trip") in statuses and ("b", "near miss") in statuses
-    rules = [n for n in _walk(spec) if n.get("mark", {}) == {"type": "rule", "color": "#d62728",
-                                                            "strokeDash": [6, 3]}]
-    assert rules and rules[0]["encoding"]["y"]["datum"] == C.REPEAT_THRESHOLD
+    # one row per run, one cell per call coloured by its count (rows never overlap)
+    grid = spec["hconcat"][0]
+    assert grid["mark"]["type"] == "rect" and grid["encoding"]["y"]["field"] == "run"
+    assert grid["encoding"]["color"]["scale"]["domain"] == ["1", "2", "3"]
+    trip = [r for r in _values(spec) if r.get("status") == "trip" and "pos" in r]
+    assert [(r["run_id"], r["count"], r["pos"]) for r in trip] == [("a", "3", 0)]
     dist = {r["peak"]: r["runs"] for r in _values(spec) if "peak" in r}
     assert dist == {3: 1, 2: 1}
     # events fallback (fingerprints rebuilt from tool.requested) on the real example run
@@ -175,7 +178,9 @@ def test_fork_points_links_and_safe_points(tables):
     link = [ly for ly in spec["layer"] if "y2" in ly["encoding"]]
     assert link and link[0]["encoding"]["x"]["field"] == "fork_point_sequence"
     order = spec["layer"][0]["encoding"]["y"]["scale"]["domain"]
-    assert order.index("fork-1") == order.index("s") + 1  # fork right below its source
+    label = dict(C.run_labels(runs).select("run_id", "run").iter_rows())
+    assert label["fork-1"] == "fork" and label["s"] == "verified"  # readable, not hex
+    assert order.index(label["fork-1"]) == order.index(label["s"]) + 1  # fork below source
     assert any(r.get("last_safe_before") == "crash" for r in _values(spec))
     # real tables (forks_df when present) still build
     C.fork_points(runs=tables["runs"], forks=tables["forks"], events=tables["events"],

@@ -174,8 +174,11 @@ def corpus_run_ops(b: Build, steps: int, pool: list[str], *, ending: str,
         b.finish("failed", "token_budget_exceeded",
                  error=f"Token budget exceeded: {tally[0]} tokens > limit {budget}.")
     elif ending == "provider_failed":
-        b.finish("failed", "provider_error",
-                 error="Provider request failed after 3 retries: 503 Service Unavailable.")
+        reason, error = rng.choice([
+            ("provider_rate_limit", "Provider rate limit: 429 Too Many Requests after retries."),
+            ("provider_quota_exhausted", "Provider quota exhausted for this billing period."),
+            ("provider_auth", "Provider rejected the API key: 401 Unauthorized.")])
+        b.finish("failed", reason, error=error)
     elif ending == "no_changes":
         b.final("Nothing needs to change.")
         b.finish("completed", "no_changes")

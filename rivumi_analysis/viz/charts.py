@@ -39,14 +39,22 @@ import polars as pl
 
 __all__ = [
     "CAPS",
+    "OUTCOME_ORDER",
     "REPEAT_THRESHOLD",
+    "cost_by_model",
     "fleet_overview",
     "fork_points",
+    "outcome_mix",
+    "outcomes",
     "pick_runs",
     "repeat_guard",
     "run_labels",
     "step_timeline",
+    "task_kinds",
     "token_budget",
+    "tool_error_rates",
+    "tool_error_table",
+    "top_runs",
     "wall_time_budget",
 ]
 
@@ -125,28 +133,62 @@ def _title(text: str, shown: int, total: int, unit: str = "runs") -> alt.TitlePa
 
 
 def run_labels(runs: pl.DataFrame) -> pl.DataFrame:
-    """Short, unique display labels per ``run_dir`` (never the path itself).
+    """Short, readable, unique display labels per ``run_dir`` (never the path itself).
 
     Args:
-        runs: a frame with ``run_dir`` and ``run_id`` (``parent_run_dir`` optional).
+        runs: a frame with ``run_dir`` and ``run_id``; when it also has a task column
+            (``task_kind``, ``instruction_summary`` or ``repository``), ``terminal_reason``
+            or ``started_at``, the label says what the run was and when it started.
 
     Returns:
-        ``run_dir``, ``run_id`` and ``run`` (the label): the run id cut to 14 characters,
-        made unique with ``#n`` when two runs share it (sub-agents often do).
+        ``run_dir``, ``run_id`` and ``run`` (the label), made unique with ``#n``. Without
+        those columns the label is the run id cut to 14 characters. The full id belongs in
+        tooltips.
 
     >>> import polars as pl
     >>> f = pl.DataFrame({"run_dir": ["x/a", "y/a", "z"], "run_id": ["a", "a", None]})
     >>> run_labels(f)["run"].to_list()
     ['a', 'a#2', 'z']
+    >>> from datetime import datetime, timezone
+    >>> g = f.with_columns(pl.lit("verified").alias("terminal_reason"),
+    ...                    pl.lit(datetime(2026, 8, 3, 9, 5, tzinfo=timezone.utc))
+    ...                    .alias("started_at"))
+    >>> run_labels(g)["run"].to_list()
+    ['verified · 08-03 09:05', 'verified · 08-03 09:05#2', 'verified · 08-03 09:05#3']
     """
+    extra = [c for c in ("task_kind", "instruction_summary", "repository", "terminal_reason",
+                         "kind", "started_at") if c in runs.columns]
     base = runs.select(
         "run_dir",
         pl.col("run_id") if "run_id" in runs.columns else pl.lit(None, pl.Utf8).alias("run_id"),
+        *extra,
     ).unique("run_dir", keep="first", maintain_order=True)
-    short = (pl.coalesce(pl.col("run_id"),
+    ident = (pl.coalesce(pl.col("run_id"),
                          pl.col("run_dir").map_elements(os.path.basename, return_dtype=pl.Utf8))
              .fill_null("?"))
-    short = pl.when(short.str.len_chars() > 14).then(short.str.slice(0, 13) + "…").otherwise(short)
+    ident = pl.when(ident.str.len_chars() > 14).then(ident.str.slice(0, 13) + "…").otherwise(ident)
+    what: pl.Expr | None = None
+    for c in ("task_kind", "instruction_summary", "repository"):
+        if c in base.columns:
+            e = pl.col(c).cast(pl.Utf8)
+            e = e.str.replace(r".*/", "") if c == "repository" else e.str.slice(0, 28)
+            what = e if what is None else pl.coalesce(what, e)
+    if "terminal_reason" in base.columns:
+        reason = pl.col("terminal_reason").cast(pl.Utf8)
+        if "kind" in base.columns:
+            reason = pl.coalesce(reason, pl.when(pl.col("kind") != "native")
+                                 .then(pl.col("kind")))
+        reason = reason.fill_null("unfinished")
+        what = reason if what is None else pl.concat_str(
+            [what, reason], separator=" ", ignore_nulls=True)
+    when = (pl.col("started_at").dt.strftime("%m-%d %H:%M") if "started_at" in base.columns
+            else None)
+    if what is None and when is None:
+        short = ident
+    else:
+        parts = [e for e in (what, when) if e is not None]
+        short = pl.coalesce(pl.concat_str(parts, separator=" · ", ignore_nulls=True)
+                            .replace("", None), ident)
     base = base.with_columns(short.alias("_s"))
     base = base.with_columns(pl.int_range(pl.len()).over("_s").alias("_n"))
     return base.select(
@@ -156,8 +198,10 @@ def run_labels(runs: pl.DataFrame) -> pl.DataFrame:
 
 
 def pick_runs(runs: pl.DataFrame, limit: int, *, prefer: pl.Expr | None = None,
-              size: str | None = None) -> pl.DataFrame:
+              size: str | None = None, ordered: bool = False) -> pl.DataFrame:
     """The ``limit`` most notable runs of ``runs`` (rows keep all columns).
+
+    With ``ordered=True`` the result is sorted most notable first even when nothing is cut.
 
     Order: rows where ``prefer`` holds, then runs whose verdict is not ``terminal``, then
     failed terminal reasons, then the largest ``size`` column, then ``run_dir``.
@@ -168,7 +212,7 @@ def pick_runs(runs: pl.DataFrame, limit: int, *, prefer: pl.Expr | None = None,
     >>> pick_runs(f, 2, size="step")["run_dir"].to_list()
     ['b', 'c']
     """
-    if runs.height <= limit:
+    if runs.height <= limit and not ordered:
         return runs
     keys: list[pl.Expr] = []
     if prefer is not None:
@@ -250,7 +294,7 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
     )
     verdict_sel = alt.selection_point(fields=["verdict"], bind="legend", name="verdict_pick")
     vscale = alt.Scale(domain=list(VERDICT_COLORS), range=list(VERDICT_COLORS.values()))
-    vcolor = alt.Color("verdict:N", scale=vscale, legend=alt.Legend(title="verdict (click)"))
+    vcolor = alt.Color("verdict:N", scale=vscale, legend=_legend("verdict (click)", orient="bottom", columns=4))
     opacity = alt.condition(verdict_sel, alt.value(1.0), alt.value(0.15))
 
     by_verdict = r.group_by("verdict").len("runs")
@@ -260,14 +304,14 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
                          x=alt.X("runs:Q", title="runs"), color=vcolor, opacity=opacity,
                          tooltip=["verdict:N", "runs:Q"])
                  .add_params(verdict_sel)
-                 .properties(width=220, height=alt.Step(18)))
+                 .properties(width=170, height=alt.Step(18)))
     by_kind = r.group_by("kind", "verdict").len("runs")
     c_kind = (alt.Chart(_values(by_kind), title="Runs by kind").mark_bar()
               .encode(y=alt.Y("kind:N", sort="-x", title=None), x=alt.X("sum(runs):Q",
                                                                           title="runs"),
                       color=vcolor, opacity=opacity,
                       tooltip=["kind:N", "verdict:N", "runs:Q"])
-              .properties(width=220, height=alt.Step(18)))
+              .properties(width=170, height=alt.Step(18)))
     top = (r.group_by("terminal_reason").len("n").sort(["n", "terminal_reason"],
                                                        descending=[True, False])
            .head(max_reasons)["terminal_reason"].to_list())
@@ -279,9 +323,12 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
                 .encode(y=alt.Y("terminal_reason:N", sort="-x", title=None),
                         x=alt.X("sum(runs):Q", title="runs"), color=vcolor, opacity=opacity,
                         tooltip=["terminal_reason:N", "verdict:N", "runs:Q"])
-                .properties(width=260, height=alt.Step(16)))
+                .properties(width=210, height=alt.Step(16)))
 
     pts = pick_runs(r, max_points, size="total_tokens")
+    tok = r["total_tokens"].drop_nulls()
+    # Tokens spanning more than two orders of magnitude get a log axis.
+    log_tokens = bool(tok.len() and (tok.max() or 0) > 100 * max(float(tok.median() or 1), 1))
     pts = pts.join(run_labels(pts), on="run_dir", how="left", suffix="_l").select(
         "run", pl.col("run_id"), "verdict", "kind", "terminal_reason", "step", "total_tokens",
         pl.col("wall_s").round(2))
@@ -289,14 +336,18 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
                                                       pts.height, r.height))
                  .mark_circle(stroke="#333", strokeWidth=0.3)
                  .encode(x=alt.X("step:Q", title="model steps"),
-                         y=alt.Y("total_tokens:Q", title="total tokens"),
-                         size=alt.Size("wall_s:Q", title="charged wall s",
+                         y=alt.Y("total_tokens:Q", title="total tokens" + (
+                             " (log)" if log_tokens else ""),
+                                 scale=alt.Scale(type="symlog") if log_tokens else alt.Undefined,
+                                 axis=alt.Axis(format="~s")),
+                         size=alt.Size("wall_s:Q", legend=_legend("charged wall s",
+                                                                  orient="bottom"),
                                        scale=alt.Scale(range=[15, 400])),
                          color=vcolor, opacity=opacity,
                          tooltip=["run_id:N", "verdict:N", "kind:N", "terminal_reason:N",
                                   "step:Q", "total_tokens:Q",
                                   alt.Tooltip("wall_s:Q", title="charged wall s")])
-                 .properties(width=380, height=260))
+                 .properties(width=360, height=260))
     # Histogram of charged wall time, binned in polars over all runs.
     w = r.filter(pl.col("wall_s").is_not_null())
     if w.height:
@@ -313,7 +364,7 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
                           x2="to_s:Q", y=alt.Y("sum(runs):Q", title="runs"), color=vcolor,
                           opacity=opacity,
                           tooltip=["from_s:Q", "to_s:Q", "verdict:N", "runs:Q"])
-                  .properties(width=300, height=260))
+                  .properties(width=260, height=260))
     else:
         c_hist = _empty("Charged wall time per run", "no wall time recorded")
     return alt.vconcat(alt.hconcat(c_verdict, c_kind, c_reason),
@@ -397,6 +448,40 @@ def timeline_segments(*, runs: pl.DataFrame | None = None,
                       _secs("end").round(3).alias("end_s"))
 
 
+def _collapse_gaps(seg: pl.DataFrame, limit: float) -> tuple[pl.DataFrame, int]:
+    """Shorten every resume gap longer than ``limit`` seconds to ``limit`` and shift the
+    run's later segments left by the removed time (``real_start_s`` keeps the clock time).
+
+    >>> import polars as pl
+    >>> s = pl.DataFrame({"run_dir": ["a"] * 3, "lane": ["model", "resume", "model"],
+    ...     "start_s": [0.0, 2.0, 1000.0], "end_s": [2.0, 1000.0, 1003.0]})
+    >>> out, n = _collapse_gaps(s, 30.0)
+    >>> out["start_s"].to_list(), out["end_s"].to_list(), n
+    ([0.0, 2.0, 32.0], [2.0, 32.0, 35.0], 1)
+    """
+    gaps = (seg.filter((pl.col("lane") == "resume")
+                       & ((pl.col("end_s") - pl.col("start_s")) > limit))
+            .select("run_dir", pl.col("end_s").alias("at"),
+                    (pl.col("end_s") - pl.col("start_s") - limit).alias("cut"))
+            .sort("run_dir", "at")
+            .with_columns(pl.col("cut").cum_sum().over("run_dir").alias("shift")))
+    if gaps.height == 0:
+        return seg, 0
+    out = (seg.with_row_index("_i").sort("start_s")
+           .join_asof(gaps.select("run_dir", "at", "shift").sort("at"),
+                      left_on="start_s", right_on="at", by="run_dir", strategy="backward",
+                      check_sortedness=False)
+           .with_columns(pl.col("shift").fill_null(0.0)))
+    # a long gap keeps its start and loses its own excess at the end
+    own = pl.when((pl.col("lane") == "resume")
+                  & ((pl.col("end_s") - pl.col("start_s")) > limit)).then(
+        pl.col("end_s") - pl.col("start_s") - limit).otherwise(0.0)
+    out = out.with_columns(pl.col("start_s").alias("real_start_s"),
+                           (pl.col("start_s") - pl.col("shift")).round(3).alias("start_s"),
+                           (pl.col("end_s") - pl.col("shift") - own).round(3).alias("end_s"))
+    return out.sort("_i").drop("_i", "at", "shift"), gaps.height
+
+
 def step_timeline(*, runs: pl.DataFrame | None = None,
                   model_calls: pl.DataFrame | None = None,
                   tool_calls: pl.DataFrame | None = None,
@@ -404,7 +489,8 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
                   verifications: pl.DataFrame | None = None,
                   events: pl.DataFrame | None = None,
                   max_runs: int = CAPS["timeline_runs"],
-                  max_segments: int = CAPS["timeline_segments"]) -> alt.TopLevelMixin:
+                  max_segments: int = CAPS["timeline_segments"],
+                  collapse_gaps: float | None = 30.0) -> alt.TopLevelMixin:
     """Per-run step timeline on a wall-clock axis (seconds since the run started).
 
     One row per run; within a row, lanes for model calls, tool calls (colour = effect,
@@ -418,6 +504,9 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
             any may be None.
         max_runs: rows drawn (runs picked by :func:`pick_runs`).
         max_segments: hard cap on drawn segments.
+        collapse_gaps: draw "active time": every resume or continuation gap longer than
+            this many seconds is shortened to it (the real length stays in the tooltip), so
+            one long outage does not squash every other run. ``None`` keeps wall-clock time.
 
     >>> import polars as pl
     >>> from datetime import datetime, timezone
@@ -439,12 +528,18 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
         per_run = per_run.join(runs.drop([c for c in ("segments", "span_s")
                                           if c in runs.columns]), on="run_dir", how="left")
     total = per_run.height
-    chosen = pick_runs(per_run, max_runs, size="segments")
+    chosen = pick_runs(per_run, max_runs, size="segments", ordered=True)
     seg = seg.join(chosen.select("run_dir"), on="run_dir", how="semi")
-    if seg.height > max_segments:  # keep whole runs while the budget allows
-        budget = chosen.sort("segments").with_columns(pl.col("segments").cum_sum().alias("c"))
+    cut_segments = 0
+    if seg.height > max_segments:  # keep whole runs, most notable first, while the cap allows
+        budget = chosen.with_columns(pl.col("segments").cum_sum().alias("c"))
         keep = budget.filter(pl.col("c") <= max_segments).select("run_dir")
+        before = seg["run_dir"].n_unique()
         seg = seg.join(keep, on="run_dir", how="semi")
+        cut_segments = before - seg["run_dir"].n_unique()
+    collapsed = 0
+    if collapse_gaps is not None and seg.height:
+        seg, collapsed = _collapse_gaps(seg, collapse_gaps)
     labels = run_labels(runs if _has(runs, "run_dir", "run_id") else
                         (tool_calls if _has(tool_calls, "run_dir", "run_id") else
                          seg.select("run_dir", pl.lit(None, pl.Utf8).alias("run_id"))))
@@ -453,10 +548,13 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
                                                           return_dtype=pl.Utf8)).alias("run"),
         (pl.col("end_s") - pl.col("start_s")).round(3).alias("dur_s")).drop("run_dir")
     shown = seg["run"].n_unique()
+    lab = dict(labels.select("run_dir", "run").iter_rows())
+    run_order = [lab[rd] for rd in chosen["run_dir"].to_list() if rd in lab]
+    max_end = float(seg["end_s"].max() or 1.0)
     order = ["model", "tool", "approval", "verification", "resume"]
     run_sel = alt.selection_point(fields=["run"], name="run_pick", on="click", clear="dblclick")
     brush = alt.selection_interval(encodings=["x"], name="zoom")
-    color = alt.Color("series:N", title="segment",
+    color = alt.Color("series:N", legend=_legend("segment", orient="bottom", columns=3),
                       scale=alt.Scale(domain=list(SEGMENT_COLORS),
                                       range=list(SEGMENT_COLORS.values())))
     tip = [alt.Tooltip("run_id:N"), alt.Tooltip("seq:Q", title="sequence"), "lane:N",
@@ -464,9 +562,13 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
            alt.Tooltip("dur_s:Q", title="duration s")]
     height_step = 4 if shown > 1 else 14  # per lane (5 lanes per run row)
     base = alt.Chart(_values(seg))
-    x_main = alt.X("start_s:Q", title="seconds since run start",
-                   scale=alt.Scale(domain={"param": "zoom"}) if shown > 1 else alt.Undefined)
-    y = alt.Y("run:N", title=None, sort=alt.EncodingSortField("run", order="ascending"))
+    x_title = ("active seconds since run start (resume gaps over "
+               f"{collapse_gaps:g} s shortened to it)" if collapsed else
+               "seconds since run start")
+    x_main = alt.X("start_s:Q", title=x_title,
+                   scale=alt.Scale(domain={"param": "zoom"}, nice=False) if shown > 1
+                   else alt.Scale(domain=[0, max_end], nice=False))
+    y = alt.Y("run:N", title=None, sort=run_order, axis=alt.Axis(labelLimit=240))
     bars = base.mark_bar(clip=True).encode(
         x=x_main, x2="end_s:Q", y=y,
         yOffset=alt.YOffset("lane:N", sort=order, scale=alt.Scale(domain=order)),
@@ -476,10 +578,11 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
     # Tool outcomes as points at the completion time (visible even for sub-ms calls).
     tools = base.transform_filter(alt.datum.lane == "tool").mark_point(
         filled=True, size=28, strokeWidth=0.5, stroke="#222", clip=True).encode(
-        x=alt.X("end_s:Q", scale=alt.Scale(domain={"param": "zoom"}) if shown > 1
+        x=alt.X("end_s:Q", scale=alt.Scale(domain={"param": "zoom"}, nice=False) if shown > 1
                 else alt.Undefined),
         y=y, yOffset=alt.YOffset("lane:N", sort=order, scale=alt.Scale(domain=order)),
-        shape=alt.Shape("outcome:N", title="tool outcome",
+        shape=alt.Shape("outcome:N", legend=_legend("tool outcome", orient="bottom",
+                                                     columns=4),
                         scale=alt.Scale(domain=["ok", "error", "denied", "unknown_tool",
                                                 "not_executed", "in_flight", "not_started"],
                                         range=["circle", "cross", "square", "diamond",
@@ -487,16 +590,25 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
         color=color,
         opacity=alt.condition(run_sel, alt.value(1.0), alt.value(0.25)),
         tooltip=tip)
+    sub = (f"{shown} of {total} runs, most notable first (failures and non-terminal "
+           "verdicts, then the most segments)" if shown < total else
+           f"{total} runs, most notable first (failures and non-terminal verdicts, then the "
+           "most segments)")
+    if cut_segments:
+        sub += f"; {cut_segments} picked run(s) dropped to stay under {max_segments} segments"
+    if collapsed:
+        sub += f"; {collapsed} long resume gap(s) collapsed"
     main = (alt.layer(bars, tools).add_params(run_sel)
-            .properties(width=760, height=alt.Step(height_step),
-                        title=_title(title, shown, total)))
+            .properties(width=640, height=alt.Step(height_step),
+                        title=alt.TitleParams(title, subtitle=sub, anchor="start")))
     if shown <= 1:
         return main
-    overview = (base.mark_tick(thickness=1, opacity=0.6)
-                .encode(x=alt.X("start_s:Q", title="drag to zoom the timeline above"),
-                        color=color)
+    overview = (base.mark_rule(opacity=0.6)
+                .encode(x=alt.X("start_s:Q", title="drag to zoom the timeline above",
+                                scale=alt.Scale(domain=[0, max_end], nice=False)),
+                        x2="end_s:Q", color=color)
                 .add_params(brush)
-                .properties(width=760, height=40))
+                .properties(width=640, height=40))
     return alt.vconcat(main, overview).resolve_scale(color="shared")
 
 
@@ -547,11 +659,11 @@ def repeat_guard(*, states: pl.DataFrame | None = None, events: pl.DataFrame | N
                  max_runs: int = CAPS["repeat_runs"]) -> alt.HConcatChart | alt.Chart:
     """``repeat_count`` along each run's tool calls against the trip threshold.
 
-    Left: one step line per run (x = tool call number, y = repeat count) with a red rule at
-    ``threshold``; trips (count reaches the threshold: the call that fails the run with
-    ``repeated_action``) are red diamonds, near misses (threshold − 1) orange. Only runs with
-    a near miss or a trip are drawn, capped at ``max_runs``. Right: across **all** runs, how
-    many runs peaked at each repeat count.
+    Left: one row per run with a near miss or a trip (trips first, capped at ``max_runs``),
+    one cell per tool call among its last 30, coloured by ``repeat_count``: red is the call
+    that reaches the threshold (the run fails with ``repeated_action``), orange a near miss.
+    Rows never overlap, however many runs share the same counts. Right: across **all** runs,
+    how many runs peaked at each repeat count.
 
     Args:
         states: ``states_df`` (preferred); falls back to ``events`` (fingerprints rebuilt
@@ -566,8 +678,8 @@ def repeat_guard(*, states: pl.DataFrame | None = None, events: pl.DataFrame | N
     ...     "event_type": ["tool.requested", "tool.requested", "run.failed"],
     ...     "terminal_reason": [None, None, "repeated_action"], "repeat_count": [1, 2, 3]})
     >>> spec = repeat_guard(states=s).to_dict()
-    >>> spec["hconcat"][0]["layer"][1]["encoding"]["y"]["datum"]
-    3
+    >>> spec["hconcat"][0]["mark"]["type"], spec["hconcat"][0]["encoding"]["color"]["field"]
+    ('rect', 'count')
     """
     title = "Repeat guard"
     if _has(states, "run_dir", "event_type", "repeat_count", "sequence", "terminal_reason"):
@@ -602,7 +714,7 @@ def repeat_guard(*, states: pl.DataFrame | None = None, events: pl.DataFrame | N
                            y=alt.Y("runs:Q", title="runs"),
                            color=alt.Color("status:N", scale=status_scale, title="status"),
                            tooltip=["peak:O", "runs:Q", "status:N"])
-        .properties(width=200, height=240))
+        .properties(width=150, height=240))
     notable = peak.filter(pl.col("peak") >= threshold - 1)
     if runs is not None and "run_dir" in runs.columns:
         notable = notable.join(runs.select([c for c in ("run_dir", "verdict", "terminal_reason")
@@ -617,35 +729,40 @@ def repeat_guard(*, states: pl.DataFrame | None = None, events: pl.DataFrame | N
         sub = (f"{chosen.height} of {notable.height} runs with a near miss or trip"
                if chosen.height < notable.height else
                f"{notable.height} runs with a near miss or trip")
-    lines = lines.join(run_labels(lines.select("run_dir", "run_id").unique("run_dir")),
-                       on="run_dir", how="left", suffix="_l").drop("run_dir", "run_id_l")
-    sel = alt.selection_point(fields=["run"], name="repeat_run", on="click", clear="dblclick",
-                              bind="legend")
-    base = alt.Chart(_values(lines))
-    line = base.mark_line(interpolate="step-after", strokeWidth=1.5).encode(
-        x=alt.X("call:Q", title="tool call # in run"),
-        y=alt.Y("repeat_count:Q", title="repeat_count",
-                scale=alt.Scale(domain=[0, threshold + 0.5])),
-        color=alt.Color("run:N", title="run", legend=alt.Legend(symbolLimit=12,
-                                                                columns=1)),
-        opacity=alt.condition(sel, alt.value(0.9), alt.value(0.15)),
-        detail="run:N")
-    rule = alt.Chart(_values(pl.DataFrame({"x": [0]}))).mark_rule(
-        color="#d62728", strokeDash=[6, 3]).encode(y=alt.Y(datum=threshold))
-    marks = base.transform_filter(alt.datum.status != "ok").mark_point(
-        filled=True, size=90).encode(
-        x="call:Q", y="repeat_count:Q",
-        shape=alt.Shape("status:N", scale=alt.Scale(domain=["near miss", "trip"],
-                                                    range=["triangle-up", "diamond"])),
-        fill=alt.Fill("status:N", scale=status_scale, legend=None),
-        stroke=alt.value("#222"),
+    label_src = lines.select("run_dir", "run_id").unique("run_dir")
+    if runs is not None and "run_dir" in runs.columns:
+        label_src = label_src.join(runs.drop("run_id", strict=False), on="run_dir", how="left")
+    labels = run_labels(label_src)
+    order_rd = (chosen["run_dir"].to_list() if chosen.height
+                else lines["run_dir"].unique(maintain_order=True).to_list())
+    lab = dict(labels.select("run_dir", "run").iter_rows())
+    order = [lab[rd] for rd in order_rd if rd in lab]
+    lines = lines.join(labels.drop("run_id"), on="run_dir", how="left").drop("run_dir")
+    # One row per run, one cell per tool call coloured by its repeat count: rows never
+    # overlap however many runs share the same counts.
+    tail = 30  # trips happen at the end: show each run's last tool calls
+    cells = (lines.with_columns(pl.col("repeat_count").clip(1, threshold).cast(pl.Utf8)
+                                .alias("count"),
+                                (pl.col("call") - pl.col("call").max().over("run")).alias("pos"))
+             .filter(pl.col("pos") > -tail))
+    count_scale = alt.Scale(domain=[str(i) for i in range(1, threshold + 1)],
+                            range=["#c6dbef", "#ff9f1c", "#d62728"][-threshold:]
+                            if threshold <= 3 else alt.Undefined)
+    y = alt.Y("run:N", sort=order, title=None, axis=alt.Axis(labelLimit=240))
+    grid = alt.Chart(_values(cells)).mark_rect(stroke="#fff", strokeWidth=0.3).encode(
+        x=alt.X("pos:O", title=f"tool calls before the run's last one (last {tail} shown)",
+                sort="ascending", axis=alt.Axis(labelOverlap=True, labelAngle=0)),
+        y=y,
+        color=alt.Color("count:N", scale=count_scale,
+                        legend=_legend(f"repeat_count (trip at {threshold})", orient="bottom")),
         tooltip=["run_id:N", alt.Tooltip("sequence:Q", title="sequence"), "call:Q",
                  "repeat_count:Q", "status:N", "event_type:N"])
-    left = (alt.layer(line.add_params(sel), rule, marks)
-            .properties(width=480, height=240,
-                        title=alt.TitleParams(f"{title}: repeat_count along tool calls "
-                                              f"(trips at {threshold})",
-                                              subtitle=sub, anchor="start")))
+    n_calls = int(cells["pos"].n_unique() or 1)
+    left = grid.properties(
+        width=min(max(14 * n_calls, 200), 420), height=alt.Step(14),
+        title=alt.TitleParams(f"{title}: repeat_count at each tool call (trips at {threshold})",
+                              subtitle=sub + "; red = the call that trips the guard",
+                              anchor="start"))
     return alt.hconcat(left, c_dist).resolve_scale(color="independent", shape="independent",
                                                    fill="independent")
 
@@ -784,7 +901,7 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
         x="used_frac:Q", y=y, tooltip=["run_id:N", alt.Tooltip("used_frac:Q", format=".0%"),
                                        "charged_s:Q", "budget_s:Q"])
     top = alt.layer(bars, rule, marks).properties(
-        width=620, height=alt.Step(16),
+        width=560, height=alt.Step(16),
         title=_title(f"{title}: charged time per run ({over.height} exceeded)",
                      chosen.height, total))
     if not _has(states, "run_dir", "charged_wall_seconds", "wall_elapsed_seconds", "sequence"):
@@ -819,14 +936,16 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     line = alt.Chart(_values(pts)).mark_line(interpolate="step-after", point=False).encode(
         x=alt.X("elapsed_s:Q", title="wall-clock seconds since run start"),
         y=alt.Y("used_frac:Q", title="charged / budget", axis=alt.Axis(format="%")),
-        color=alt.Color("run:N", title="run"),
+        color=alt.Color("run:N", title="run", legend=_legend("run (click)", orient="bottom", columns=3)),
         opacity=alt.condition(sel, alt.value(0.95), alt.value(0.12)),
         tooltip=["run_id:N", alt.Tooltip("sequence:Q", title="sequence"), "event_type:N",
                  "elapsed_s:Q", "charged_s:Q", alt.Tooltip("used_frac:Q", format=".1%")]
     ).add_params(sel)
-    band = alt.Chart(_values(bands)).mark_rect().encode(
+    # Bands only for the run(s) picked in the legend: shading every run piles into a wall.
+    band = alt.Chart(_values(bands)).transform_filter(
+        {"param": "wall_run", "empty": False}).mark_rect().encode(
         x="from_s:Q", x2="to_s:Q",
-        opacity=alt.condition(sel, alt.value(0.22), alt.value(0.03)),
+        opacity=alt.value(0.25),
         color=alt.Color("band:N", scale=alt.Scale(domain=["approval wait", "resume downtime"],
                                                   range=["#ffd166", "#ef476f"]),
                         title="shaded"),
@@ -835,11 +954,12 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
         color="#d62728", strokeDash=[6, 3]).encode(y="y:Q")
     burn = (alt.layer(band, line, rule1)
             .resolve_scale(color="independent")
-            .properties(width=620, height=220,
+            .properties(width=600, height=220,
                         title=alt.TitleParams("Burn-down: charged wall time along the run",
                                               subtitle=f"{line_runs.height} runs closest to "
-                                              "or over budget; shaded: approval waits and "
-                                              "resume downtime", anchor="start")))
+                                              "or over budget; click a run in the legend to "
+                                              "shade its approval waits and resume downtime",
+                                              anchor="start")))
     return alt.vconcat(top, burn).resolve_scale(color="independent")
 
 
@@ -928,7 +1048,7 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                 .drop("run_dir"))
     budgets = chosen.filter(pl.col("budget").is_not_null()).select("run", "run_id", "budget")
     sel = alt.selection_point(fields=["run"], bind="legend", name="token_run")
-    color = alt.Color("run:N", title="run", legend=alt.Legend(symbolLimit=15, columns=1))
+    color = alt.Color("run:N", title="run", legend=_legend("run (click)", orient="bottom", columns=3))
     line = alt.Chart(_values(line_df)).mark_line(interpolate="step-after").encode(
         x=alt.X("sequence:Q", title="event sequence"),
         y=alt.Y("tokens:Q", title="cumulative total tokens"),
@@ -948,7 +1068,7 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
             tooltip=["run_id:N", "sequence:Q", "tokens:Q",
                      alt.Tooltip("run_id:N", title="compaction in")]))
     left = alt.layer(*layers).properties(
-        width=480, height=260,
+        width=420, height=260,
         title=_title(f"{title}: cumulative tokens (◆ = history compaction)", chosen.height,
                      total_with_data))
     with_budget = r.filter(pl.col("budget").is_not_null() & (pl.col("budget") > 0)
@@ -977,7 +1097,7 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                 color=alt.Color("status:N", scale=alt.Scale(domain=["within", "over budget"],
                                                             range=["#4c9be8", "#d62728"])),
                 tooltip=["from_f:Q", "to_f:Q", "runs:Q", "status:N"])
-            .properties(width=220, height=260))
+            .properties(width=180, height=260))
     return alt.hconcat(left, right).resolve_scale(color="independent")
 
 
@@ -1136,3 +1256,407 @@ def fork_points(*, runs: pl.DataFrame, forks: pl.DataFrame | None = None,
         width=620, height=alt.Step(20),
         title=_title(f"{title}: {link_rows.height} fork link(s); ★ last safe point before a "
                      "failure or crash", len(order), total))
+
+
+# --------------------------------------------------------------------------- fleet questions
+OUTCOME_ORDER: tuple[str, ...] = (
+    "completed: verified", "completed: no_changes", "completed: other", "cancelled",
+    "failed: wall_time_exceeded", "failed: max_steps_exceeded", "failed: token_budget_exceeded",
+    "failed: repeated_action", "failed: provider", "failed: other", "crashed / unfinished",
+    "live", "fork (not run)", "external")
+OUTCOME_COLORS: Mapping[str, str] = dict(zip(OUTCOME_ORDER, (
+    "#2e7d32", "#81c784", "#a5d6a7", "#bdbdbd", "#d62728", "#ff7f0e", "#e377c2", "#8c564b",
+    "#9467bd", "#c49c94", "#17becf", "#1f77b4", "#7f7f7f", "#bcbd22"), strict=True))
+
+
+def outcomes(runs: pl.DataFrame) -> pl.DataFrame:
+    """One outcome per run: ``completed: <reason>``, ``failed: <reason>`` (every
+    ``provider_*`` reason is ``failed: provider``), ``cancelled``,
+    ``crashed / unfinished``, ``live`` (writer lock held), ``fork (not run)`` or ``external``.
+
+    Returns ``run_dir`` and ``outcome`` (reasons outside :data:`OUTCOME_ORDER` fold into
+    ``... other``).
+
+    >>> import polars as pl
+    >>> r = pl.DataFrame({"run_dir": list("abcd"), "kind": ["native"] * 3 + ["fork"],
+    ...     "result_status": ["completed", "failed", None, None],
+    ...     "terminal_reason": ["verified", "odd_reason", None, None]})
+    >>> outcomes(r)["outcome"].to_list()
+    ['completed: verified', 'failed: other', 'crashed / unfinished', 'fork (not run)']
+    """
+    status = pl.coalesce(_col(runs, "result_status", pl.Utf8),
+                         pl.when(_col(runs, "terminal", pl.Boolean, None).fill_null(False))
+                         .then(_col(runs, "phase", pl.Utf8)))
+    reason = _col(runs, "terminal_reason", pl.Utf8).fill_null("")
+    kind = _col(runs, "kind", pl.Utf8).fill_null("")
+    live = _col(runs, "live", pl.Boolean, None).fill_null(False)
+    raw = (pl.when(kind == "external").then(pl.lit("external"))
+           .when(status == "cancelled").then(pl.lit("cancelled"))
+           .when((status == "failed") & reason.str.starts_with("provider_"))
+           .then(pl.lit("failed: provider"))
+           .when(status.is_in(["completed", "failed"]))
+           .then(status + pl.lit(": ") + reason)
+           .when(live).then(pl.lit("live"))
+           .when(kind == "fork").then(pl.lit("fork (not run)"))
+           .otherwise(pl.lit("crashed / unfinished")))
+    folded = (pl.when(raw.is_in(list(OUTCOME_ORDER))).then(raw)
+              .when(raw.str.starts_with("completed")).then(pl.lit("completed: other"))
+              .otherwise(pl.lit("failed: other")))
+    return runs.select("run_dir", folded.alias("outcome"))
+
+
+def _legend(title: str, **kw: Any) -> alt.Legend:
+    """A legend that never truncates (``symbolLimit=0``)."""
+    return alt.Legend(title=title, symbolLimit=0, labelLimit=260, **kw)
+
+
+def outcome_mix(runs: pl.DataFrame) -> alt.VConcatChart | alt.Chart:
+    """What happened to the runs, and is it getting better? Outcome per day, all runs.
+
+    Top: runs started per day (UTC), stacked by outcome. Bottom: the share of each outcome
+    over the whole fleet. Click an outcome in the legend to highlight it in both.
+
+    >>> import polars as pl
+    >>> from datetime import datetime, timezone
+    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    >>> r = pl.DataFrame({"run_dir": ["a", "b"], "result_status": ["completed", "failed"],
+    ...     "terminal_reason": ["verified", "repeated_action"], "started_at": [t, t]})
+    >>> d = outcome_mix(r).to_dict()
+    >>> d["vconcat"][0]["encoding"]["x"]["field"]
+    'day'
+    """
+    title = "Outcomes over time"
+    if runs.height == 0:
+        return _empty(title, "no runs")
+    o = runs.select("run_dir", _col(runs, "started_at", pl.Datetime("us", "UTC"))
+                    .alias("started_at")).join(outcomes(runs), on="run_dir")
+    undated = o.filter(pl.col("started_at").is_null()).height
+    per_day = (o.filter(pl.col("started_at").is_not_null())
+               .group_by(pl.col("started_at").dt.date().alias("day"), "outcome").len("runs")
+               .sort("day", "outcome"))
+    share = (o.group_by("outcome").len("runs")
+             .with_columns((pl.col("runs") / pl.col("runs").sum()).alias("share")))
+    present = [x for x in OUTCOME_ORDER if x in set(share["outcome"].to_list())]
+    color = alt.Color("outcome:N", scale=alt.Scale(
+        domain=present, range=[OUTCOME_COLORS[x] for x in present]),
+        legend=_legend("outcome (click)", orient="bottom", columns=3))
+    sel = alt.selection_point(fields=["outcome"], bind="legend", name="outcome_pick")
+    opacity = alt.condition(sel, alt.value(1.0), alt.value(0.2))
+    days = per_day["day"].n_unique()
+    sub = (f"{o.height} runs, {days} day(s) (UTC, by start)"
+           + (f"; {undated} run(s) without a start time are counted below only" if undated
+              else ""))
+    top = (alt.Chart(_values(per_day), title=alt.TitleParams(title, subtitle=sub,
+                                                              anchor="start"))
+           .mark_bar()
+           .encode(x=alt.X("day:T", title="day (UTC)", timeUnit="utcyearmonthdate",
+                           axis=alt.Axis(format="%b %d", labelAngle=-40)),
+                   y=alt.Y("sum(runs):Q", title="runs started"),
+                   color=color, opacity=opacity, order=alt.Order("outcome:N"),
+                   tooltip=[alt.Tooltip("day:T", timeUnit="utcyearmonthdate"), "outcome:N",
+                            alt.Tooltip("sum(runs):Q", title="runs")])
+           .add_params(sel).properties(width=620, height=220))
+    bottom = (alt.Chart(_values(share), title="Share of all runs")
+              .mark_bar()
+              .encode(y=alt.Y("outcome:N", sort=present, title=None),
+                      x=alt.X("share:Q", axis=alt.Axis(format="%"), title="share of runs"),
+                      color=alt.Color("outcome:N", scale=alt.Scale(
+                          domain=present, range=[OUTCOME_COLORS[x] for x in present]),
+                          legend=None),
+                      opacity=opacity,
+                      tooltip=["outcome:N", "runs:Q", alt.Tooltip("share:Q", format=".1%")])
+              .properties(width=560, height=alt.Step(16)))
+    labels = bottom.mark_text(align="left", dx=3, fontSize=11).encode(
+        text=alt.Text("runs:Q"), color=alt.value("#333"), opacity=alt.value(1))
+    return alt.vconcat(top, alt.layer(bottom, labels)).resolve_scale(color="shared")
+
+
+def _run_days(runs: pl.DataFrame) -> pl.DataFrame:
+    return runs.select("run_dir", _col(runs, "started_at", pl.Datetime("us", "UTC"))
+                       .dt.date().alias("day"))
+
+
+def cost_by_model(*, runs: pl.DataFrame, usage: pl.DataFrame | None) -> alt.Chart | Any:
+    """Where do tokens and money go? Tokens and cost per model, and per day.
+
+    Every usage row (one per model call, ``usage_df``) counts for tokens; cost sums only the
+    rows with a cost estimate, and the subtitle states the share of rows whose cost is
+    unknown (models missing from the provider catalog, older runners).
+
+    >>> import polars as pl
+    >>> u = pl.DataFrame({"run_dir": ["a", "a"], "model": ["m1", "m2"], "provider": ["p", "p"],
+    ...     "total_tokens": [10, 20], "total_cost": [0.5, None]})
+    >>> r = pl.DataFrame({"run_dir": ["a"]})
+    >>> d = cost_by_model(runs=r, usage=u).to_dict()
+    >>> d["vconcat"][0]["hconcat"][0]["title"]["subtitle"][0][:24]
+    '1 of 2 usage rows (50.0%'
+    """
+    title = "Tokens and cost per model"
+    if not _has(usage, "run_dir", "model", "total_tokens") or usage is None or usage.height == 0:
+        return _empty(title, "no usage records")
+    u = usage.select("run_dir", pl.col("model").fill_null("(unknown model)"),
+                     _col(usage, "provider", pl.Utf8).fill_null("?").alias("provider"),
+                     pl.col("total_tokens").cast(pl.Int64).fill_null(0),
+                     _col(usage, "total_cost", pl.Float64).alias("cost"))
+    u = u.join(_run_days(runs), on="run_dir", how="left")
+    unknown = u.filter(pl.col("cost").is_null()).height
+    per_model = (u.group_by("model", "provider")
+                 .agg(pl.col("total_tokens").sum().alias("tokens"),
+                      pl.col("cost").sum().alias("cost"), pl.len().alias("rows"),
+                      pl.col("cost").is_null().sum().alias("rows_cost_unknown"),
+                      pl.col("run_dir").n_unique().alias("runs"))
+                 .with_columns((pl.col("rows_cost_unknown") / pl.col("rows")).round(4)
+                               .alias("unknown_share"))
+                 .sort("tokens", descending=True))
+    per_day = (u.filter(pl.col("day").is_not_null())
+               .group_by("day", "model").agg(pl.col("total_tokens").sum().alias("tokens"),
+                                             pl.col("cost").sum().round(6).alias("cost"))
+               .sort("day", "model"))
+    sub = (f"{unknown} of {u.height} usage rows ({100 * unknown / max(u.height, 1):.1f}%) "
+           "have no cost estimate:")
+    sub2 = "their tokens are counted, their cost is not"
+    models = per_model["model"].to_list()
+    color = alt.Color("model:N", scale=alt.Scale(domain=models), legend=_legend("model (click)", orient="bottom", columns=4))
+    sel = alt.selection_point(fields=["model"], bind="legend", name="model_pick")
+    op = alt.condition(sel, alt.value(1.0), alt.value(0.2))
+    tip = ["model:N", "provider:N", alt.Tooltip("tokens:Q", format=","),
+           alt.Tooltip("cost:Q", format="$.4f"), "runs:Q", "rows:Q",
+           alt.Tooltip("unknown_share:Q", format=".0%", title="rows with unknown cost")]
+    tok = (alt.Chart(_values(per_model), title=alt.TitleParams(title, subtitle=[sub, sub2],
+                                                                anchor="start"))
+           .mark_bar().encode(y=alt.Y("model:N", sort=models, title=None),
+                              x=alt.X("tokens:Q", title="total tokens", axis=alt.Axis(
+                                  format="~s")),
+                              color=color, opacity=op, tooltip=tip)
+           .add_params(sel).properties(width=200, height=alt.Step(18)))
+    cost = (alt.Chart(_values(per_model), title="Cost (known rows)")
+            .mark_bar().encode(y=alt.Y("model:N", sort=models, title=None,
+                                       axis=alt.Axis(labels=False, ticks=False)),
+                               x=alt.X("cost:Q", title="cost (USD)"),
+                               color=color, opacity=op, tooltip=tip)
+            .properties(width=140, height=alt.Step(18)))
+    unknown_txt = (alt.Chart(_values(per_model), title="Cost unknown")
+                   .mark_text(align="left").encode(
+                       y=alt.Y("model:N", sort=models, title=None, axis=None),
+                       text=alt.Text("unknown_share:Q", format=".0%"), tooltip=tip)
+                   .properties(width=60, height=alt.Step(18)))
+    daily = (alt.Chart(_values(per_day), title="Cost per day (known rows)")
+             .mark_area(interpolate="step-after")
+             .encode(x=alt.X("day:T", timeUnit="utcyearmonthdate", title="day (UTC)",
+                             axis=alt.Axis(format="%b %d", labelAngle=-40)),
+                     y=alt.Y("sum(cost):Q", title="cost (USD)", stack=True),
+                     color=color, opacity=op,
+                     tooltip=[alt.Tooltip("day:T", timeUnit="utcyearmonthdate"), "model:N",
+                              alt.Tooltip("sum(cost):Q", format="$.4f", title="cost"),
+                              alt.Tooltip("sum(tokens):Q", format=",", title="tokens")])
+             .properties(width=620, height=160))
+    return alt.vconcat(alt.hconcat(tok, cost, unknown_txt), daily).resolve_scale(
+        color="shared")
+
+
+def _task_group(runs: pl.DataFrame) -> tuple[pl.Expr, str]:
+    for col, label in (("task_kind", "task kind"), ("repository", "repository"),
+                       ("instruction_summary", "task")):
+        if col in runs.columns:
+            e = pl.col(col).cast(pl.Utf8)
+            if col == "repository":
+                e = e.str.replace(r".*/", "")
+            return e.fill_null("?"), label
+    return _col(runs, "kind", pl.Utf8).fill_null("?"), "run kind"
+
+
+def task_kinds(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
+               max_groups: int = 25) -> alt.Chart | Any:
+    """Which kinds of task succeed, and what do they cost? Per task kind (repository when
+    the runs carry it, else run kind): success rate, runs, median tokens and cost per run.
+
+    >>> import polars as pl
+    >>> r = pl.DataFrame({"run_dir": list("abc"), "kind": ["native"] * 3,
+    ...     "result_status": ["completed", "failed", "completed"],
+    ...     "terminal_reason": ["verified", "repeated_action", "no_changes"],
+    ...     "total_tokens": [10, 20, 30]})
+    >>> d = task_kinds(runs=r).to_dict()
+    >>> [round(x["success_rate"], 3) for x in d["hconcat"][0]["data"]["values"]]
+    [0.667]
+    """
+    title = "Success rate and cost per task kind"
+    if runs.height == 0:
+        return _empty(title, "no runs")
+    group, label = _task_group(runs)
+    r = runs.select("run_dir", group.alias("group"),
+                    _col(runs, "total_tokens", pl.Int64).alias("tokens")).join(
+        outcomes(runs), on="run_dir")
+    if _has(usage, "run_dir", "total_cost") and usage is not None:
+        cost = usage.group_by("run_dir").agg(
+            pl.col("total_cost").sum().alias("cost"),
+            pl.col("total_cost").is_null().any().alias("cost_partial"))
+        r = r.join(cost, on="run_dir", how="left")
+    else:
+        r = r.with_columns(pl.lit(None, pl.Float64).alias("cost"),
+                           pl.lit(None, pl.Boolean).alias("cost_partial"))
+    finished = pl.col("outcome").str.starts_with("completed") | pl.col("outcome").str.starts_with(
+        "failed") | (pl.col("outcome") == "cancelled")
+    g = (r.group_by("group").agg(
+        pl.len().alias("runs"), finished.sum().alias("finished"),
+        pl.col("outcome").str.starts_with("completed").sum().alias("succeeded"),
+        pl.col("tokens").median().alias("median_tokens"),
+        pl.col("cost").median().alias("median_cost"),
+        pl.col("cost").sum().alias("total_cost"))
+        .with_columns((pl.col("succeeded") / pl.col("finished")).alias("success_rate"))
+        .sort("runs", descending=True))
+    cut = max(g.height - max_groups, 0)
+    g = g.head(max_groups)
+    order = g["group"].to_list()
+    sub = [f"{r.height} runs in {g.height + cut} {label}(s)"
+           + (f"; {cut} smallest group(s) not shown" if cut else ""),
+           "success = completed among finished runs (crashed, live, fork: not finished)"]
+    tip = [alt.Tooltip("group:N", title=label), "runs:Q", "finished:Q", "succeeded:Q",
+           alt.Tooltip("success_rate:Q", format=".1%"),
+           alt.Tooltip("median_tokens:Q", format=",.0f"),
+           alt.Tooltip("median_cost:Q", format="$.4f"), alt.Tooltip("total_cost:Q",
+                                                                     format="$.2f")]
+    y = alt.Y("group:N", sort=order, title=label)
+    rate = (alt.Chart(_values(g), title=alt.TitleParams(title, subtitle=sub, anchor="start"))
+            .mark_bar(color="#2e7d32")
+            .encode(y=y, x=alt.X("success_rate:Q", axis=alt.Axis(format="%"),
+                                 scale=alt.Scale(domain=[0, 1]), title="success rate"),
+                    tooltip=tip).properties(width=220, height=alt.Step(20)))
+    rate_txt = rate.mark_text(align="left", dx=3, fontSize=11).encode(
+        text=alt.Text("success_rate:Q", format=".0%"), color=alt.value("#333"))
+    cost = (alt.Chart(_values(g), title="Median cost per run")
+            .mark_bar(color="#8c6d31")
+            .encode(y=alt.Y("group:N", sort=order, axis=None),
+                    x=alt.X("median_cost:Q", title="USD (runs with a cost)"), tooltip=tip)
+            .properties(width=150, height=alt.Step(20)))
+    runs_bar = (alt.Chart(_values(g), title="Runs")
+                .mark_bar(color="#90a4ae")
+                .encode(y=alt.Y("group:N", sort=order, axis=None),
+                        x=alt.X("runs:Q", title="runs"), tooltip=tip)
+                .properties(width=100, height=alt.Step(20)))
+    return alt.hconcat(alt.layer(rate, rate_txt), cost, runs_bar)
+
+
+def top_runs(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
+             n: int = 15) -> alt.Chart | Any:
+    """Which runs took longest and which cost most? The ``n`` slowest runs by charged wall
+    time and the ``n`` most expensive by known cost, labelled readably (full id in the
+    tooltip), against the fleet's median.
+
+    >>> import polars as pl
+    >>> r = pl.DataFrame({"run_dir": ["a", "b"], "run_id": ["a" * 32, "b" * 32],
+    ...     "active_wall_time_seconds": [5.0, 50.0]})
+    >>> d = top_runs(runs=r).to_dict()
+    >>> [v["run_id"][:1] for v in d["hconcat"][0]["layer"][0]["data"]["values"]]
+    ['b', 'a']
+    """
+    title = "Slowest and most expensive runs"
+    if runs.height == 0:
+        return _empty(title, "no runs")
+    r = runs.with_columns(_col(runs, "active_wall_time_seconds", pl.Float64).alias("wall_s"),
+                          _col(runs, "run_id", pl.Utf8).alias("run_id"))
+    if _has(usage, "run_dir", "total_cost") and usage is not None:
+        r = r.join(usage.group_by("run_dir").agg(pl.col("total_cost").sum().alias("cost"),
+                                                 pl.len().alias("usage_rows")),
+                   on="run_dir", how="left")
+    else:
+        r = r.with_columns(pl.lit(None, pl.Float64).alias("cost"))
+    r = r.join(run_labels(r), on="run_dir", how="left", suffix="_l").join(
+        outcomes(r), on="run_dir", how="left")
+
+    def panel(col: str, what: str, fmt: str) -> Any:
+        have = r.filter(pl.col(col).is_not_null())
+        if have.height == 0:
+            return _empty(what, f"no run has {col}")
+        top = have.sort(col, descending=True).head(n)
+        med = float(have[col].median() or 0.0)
+        order = top["run"].to_list()
+        tip = [alt.Tooltip("run_id:N", title="run id"), "outcome:N",
+               alt.Tooltip(f"{col}:Q", format=fmt)]
+        data = top.select("run", "run_id", "outcome", col)
+        bars = (alt.Chart(_values(data)).mark_bar().encode(
+            y=alt.Y("run:N", sort=order, title=None, axis=alt.Axis(labelLimit=200)),
+            x=alt.X(f"{col}:Q", title=what),
+            color=alt.Color("outcome:N", scale=alt.Scale(
+                domain=list(OUTCOME_COLORS), range=list(OUTCOME_COLORS.values())),
+                legend=_legend("outcome", orient="bottom", columns=4)),
+            tooltip=tip))
+        rule = alt.Chart(_values(pl.DataFrame({"median": [med]}))).mark_rule(
+            strokeDash=[4, 3], color="#333").encode(
+            x="median:Q", tooltip=[alt.Tooltip("median:Q", format=fmt, title="fleet median")])
+        return alt.layer(bars, rule).properties(
+            width=180, height=alt.Step(16),
+            title=alt.TitleParams(what, subtitle=f"top {top.height} of {have.height}; "
+                                  "dashed: fleet median", anchor="start"))
+
+    return alt.hconcat(panel("wall_s", "charged wall seconds", ",.1f"),
+                       panel("cost", "known cost (USD)", "$.4f")).properties(
+        title=alt.TitleParams(title, anchor="start"))
+
+
+def tool_error_rates(tool_calls: pl.DataFrame | None, *, max_tools: int = 25) -> Any:
+    """Which tools fail, and how often? Per tool name: calls, error share by outcome.
+
+    >>> import polars as pl
+    >>> t = pl.DataFrame({"run_dir": ["a"] * 3, "name": ["read_file"] * 3,
+    ...     "effect": ["read"] * 3, "outcome": ["ok", "error", "ok"]})
+    >>> "layer" in tool_error_rates(t).to_dict()
+    True
+    """
+    title = "Tool error rates"
+    if not _has(tool_calls, "name", "outcome") or tool_calls is None or tool_calls.height == 0:
+        return _empty(title, "no tool calls")
+    g, cut, n_calls = tool_error_table(tool_calls, max_tools=max_tools)
+    order = g["name"].to_list()
+    tip = ["name:N", "effect:N", "calls:Q", "runs:Q", "errors:Q", "denied:Q",
+           alt.Tooltip("not_ok:Q", title="not ok (any)"),
+           alt.Tooltip("error_rate:Q", format=".1%")]
+    sub = (f"{n_calls} tool calls; not ok = error, denied, unknown tool, not executed"
+           + (f"; {cut} rarely used tool(s) not shown" if cut else ""))
+    return _tool_error_chart(g, order, tip, title, sub)
+
+
+def tool_error_table(tool_calls: pl.DataFrame, *, max_tools: int = 25
+                     ) -> tuple[pl.DataFrame, int, int]:
+    """Per tool name: calls, runs, errors, denied, not ok and ``error_rate`` (not ok / calls),
+    for the ``max_tools`` most used tools; also returns how many tools were cut and the
+    number of calls.
+
+    >>> import polars as pl
+    >>> t = pl.DataFrame({"run_dir": ["a"] * 3, "name": ["read_file"] * 3,
+    ...     "effect": ["read"] * 3, "outcome": ["ok", "error", "ok"]})
+    >>> g, cut, n = tool_error_table(t)
+    >>> g.select("name", "calls", "not_ok").row(0), cut, n
+    (('read_file', 3, 1), 0, 3)
+    """
+    t = tool_calls.select(pl.col("name").fill_null("?"),
+                          _col(tool_calls, "effect", pl.Utf8).fill_null("unknown")
+                          .alias("effect"), pl.col("outcome").fill_null("unknown"),
+                          pl.col("run_dir"))
+    g = (t.group_by("name").agg(
+        pl.len().alias("calls"), (pl.col("outcome") != "ok").sum().alias("not_ok"),
+        (pl.col("outcome") == "error").sum().alias("errors"),
+        (pl.col("outcome") == "denied").sum().alias("denied"),
+        pl.col("run_dir").n_unique().alias("runs"),
+        pl.col("effect").mode().first().alias("effect"))
+        .with_columns((pl.col("not_ok") / pl.col("calls")).alias("error_rate"))
+        .sort("calls", descending=True))
+    cut = max(g.height - max_tools, 0)
+    g = g.head(max_tools).sort(["error_rate", "name"], descending=[True, False])
+    return g, cut, t.height
+
+
+def _tool_error_chart(g: pl.DataFrame, order: list[str], tip: list[Any], title: str,
+                      sub: str) -> Any:
+    bars = (alt.Chart(_values(g)).mark_bar().encode(
+        y=alt.Y("name:N", sort=order, title=None),
+        x=alt.X("error_rate:Q", axis=alt.Axis(format="%"), title="share of calls not ok"),
+        color=alt.Color("effect:N", scale=alt.Scale(domain=list(EFFECT_COLORS),
+                                                    range=list(EFFECT_COLORS.values())),
+                        legend=_legend("effect")),
+        tooltip=tip))
+    txt = bars.mark_text(align="left", dx=3, fontSize=11).encode(
+        text=alt.Text("label:N"), color=alt.value("#333")).transform_calculate(
+        label="format(datum.not_ok, ',') + ' of ' + format(datum.calls, ',')")
+    return alt.layer(bars, txt).properties(
+        width=520, height=alt.Step(18),
+        title=alt.TitleParams(title, subtitle=sub, anchor="start"))

@@ -44,6 +44,29 @@ Tables = dict[str, pl.DataFrame | None]
 
 # (key, title, what the reader sees, builder)
 CHART_SECTIONS: list[tuple[str, str, str, Callable[[Tables], Any]]] = [
+    ("outcomes", "Outcomes over time",
+     "What happened to the runs, day by day (UTC, by start): completed (verified or "
+     "no_changes), failed by terminal reason, cancelled, crashed or unfinished, live, and fork "
+     "runs that were never run. Below: each outcome's share of all runs. Click an outcome "
+     "in the legend to highlight it.",
+     lambda t: C.outcome_mix(t["runs"])),
+    ("cost", "Tokens and cost per model",
+     "Tokens and estimated cost per model (every model call's usage record), and cost per "
+     "day. Rows without a cost estimate count for tokens but not for cost; the subtitle says "
+     "how many there are.",
+     lambda t: C.cost_by_model(runs=t["runs"], usage=t.get("usage"))),
+    ("tasks", "Success rate and cost per task kind",
+     "Per task kind: the share of finished runs that completed, the median cost per run and "
+     "the number of runs.",
+     lambda t: C.task_kinds(runs=t["runs"], usage=t.get("usage"))),
+    ("top", "Slowest and most expensive runs",
+     "The runs with the most charged wall time and the highest known cost, coloured by "
+     "outcome, against the fleet median (dashed). Hover for the full run id.",
+     lambda t: C.top_runs(runs=t["runs"], usage=t.get("usage"))),
+    ("tools", "Tool error rates",
+     "Per tool: the share of calls that did not succeed (error, denied, unknown tool, not "
+     "executed), with the counts.",
+     lambda t: C.tool_error_rates(t.get("tool_calls"))),
     ("fleet", "Fleet overview",
      "Runs by resume verdict, kind and terminal reason (all runs), then steps against tokens "
      "per run (size = charged wall time) and the distribution of charged wall time. Click a "
@@ -122,11 +145,12 @@ def load_tables(paths: Sequence[str], *, max_depth: int = 8,
     from ..tables.runs import runs_df
     from ..tables.states import states_df
     from ..tables.tool_calls import tool_calls_df
+    from ..tables.usage import usage_df
     from ..tables.verifications import verifications_df
 
     fleet = load_fleet(list(paths), max_depth=max_depth,
                        progress=lambda done, total: progress("reading runs", done, total))
-    loaders = (("events", events_df), ("model_calls", model_calls_df),
+    loaders = (("events", events_df), ("model_calls", model_calls_df), ("usage", usage_df),
                ("tool_calls", tool_calls_df), ("approvals", approvals_df),
                ("verifications", verifications_df), ("quarantine", quarantine_df),
                ("states", states_df), ("forks", forks_df))
@@ -142,8 +166,8 @@ def build_charts(tables: Tables, *, progress: Progress | None = None) -> dict[st
     """``{key: chart}`` for every section of :data:`CHART_SECTIONS` (a failing builder becomes
     a placeholder chart that says so).
 
-    >>> sorted(build_charts(load_tables(["tests/fixtures/example"])))[:2]
-    ['fleet', 'forks']
+    >>> sorted(build_charts(load_tables(["tests/fixtures/example"])))[:3]
+    ['cost', 'fleet', 'forks']
     """
     progress = progress or _no_progress
     out: dict[str, Any] = {}
@@ -551,8 +575,8 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
     >>> import tempfile, os
     >>> with tempfile.TemporaryDirectory() as d:
     ...     r = write_report(["tests/fixtures/example"], os.path.join(d, "r.html"))
-    ...     (r.runs, r.charts, r.bytes > 500_000)
-    (1, 6, True)
+    ...     (r.runs, r.charts == len(CHART_SECTIONS), r.bytes > 500_000)
+    (1, True, True)
     """
     progress = progress or _no_progress
     t0 = time.perf_counter()

@@ -1,0 +1,126 @@
+"""Fleet-question chart builders: golden tests of the data they aggregate (not of pixels)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+import pytest
+
+from rivumi_analysis.viz import charts as C
+from rivumi_analysis.viz.report import load_tables
+
+from .conftest import SAMPLE_RUNS
+from .test_charts import _values
+
+
+@pytest.fixture(scope="module")
+def tables():
+    return load_tables([str(SAMPLE_RUNS)])
+
+
+def _datasets(spec) -> list[list[dict]]:
+    return [_values(spec)]
+
+
+def test_outcomes_of_the_sample_runs(tables):
+    got = dict(C.outcomes(tables["runs"]).group_by("outcome").len().iter_rows())
+    assert got == {
+        "completed: verified": 47, "completed: no_changes": 8, "completed: other": 1,
+        "cancelled": 4, "failed: wall_time_exceeded": 3, "failed: max_steps_exceeded": 4,
+        "failed: token_budget_exceeded": 3, "failed: repeated_action": 2,
+        "failed: provider": 3, "crashed / unfinished": 12,
+        "external": 4, "fork (not run)": 3}
+    assert sum(got.values()) == tables["runs"].height
+
+
+def test_outcome_mix_counts_every_run_per_day(tables):
+    spec = C.outcome_mix(tables["runs"]).to_dict()
+    rows = [r for ds in _datasets(spec) for r in ds if "day" in r]
+    dated = tables["runs"].filter(pl.col("started_at").is_not_null()).height
+    assert sum(r["runs"] for r in rows) == dated
+    legend = spec["vconcat"][0]["encoding"]["color"]["legend"]
+    assert legend["symbolLimit"] == 0  # never truncated
+
+
+def test_tool_error_table_golden(tables):
+    g, cut, n = C.tool_error_table(tables["tool_calls"])
+    assert (cut, n) == (0, 316)
+    assert g.select("name", "calls", "not_ok", "errors", "denied").rows() == [
+        ("save_memory", 2, 2, 0, 0), ("run_check", 5, 2, 1, 0), ("shell", 33, 12, 11, 0),
+        ("replace_text", 65, 7, 0, 2), ("list_files", 68, 2, 1, 0), ("read_file", 125, 1, 0, 0),
+        ("dispatch_subagents", 3, 0, 0, 0), ("search_text", 15, 0, 0, 0)]
+    g2, cut2, _ = C.tool_error_table(tables["tool_calls"], max_tools=3)
+    assert g2.height == 3 and cut2 == 5  # the cut is reported, not silent
+    spec = C.tool_error_rates(tables["tool_calls"], max_tools=3).to_dict()
+    assert "5 rarely used tool(s) not shown" in spec["title"]["subtitle"]
+
+
+def test_cost_by_model_states_unknown_share_and_sums_tokens(tables):
+    u = tables["usage"]
+    spec = C.cost_by_model(runs=tables["runs"], usage=u).to_dict()
+    sub = spec["vconcat"][0]["hconcat"][0]["title"]["subtitle"]
+    assert sub[0] == "36 of 386 usage rows (9.3%) have no cost estimate:"
+    per_model = {r["model"]: r["tokens"] for ds in _datasets(spec) for r in ds
+                 if "rows_cost_unknown" in r}
+    assert per_model == {"claude-haiku-4-5": 5633, "claude-sonnet-4-5": 161725,
+                         "gemini-2.5-flash": 205010, "gpt-5-mini": 113222,
+                         "openai/gpt-oss-120b": 120364}
+    known = {r["model"]: r["cost"] for ds in _datasets(spec) for r in ds
+             if "rows_cost_unknown" in r}
+    expect = dict(u.group_by("model").agg(pl.col("total_cost").sum()).iter_rows())
+    assert known == pytest.approx(expect)
+
+
+def test_task_kinds_success_rate():
+    runs = pl.DataFrame({"run_dir": list("abcde"), "repository": ["/src/x"] * 3 + ["/src/y"] * 2,
+                         "result_status": ["completed", "failed", None, "completed", "completed"],
+                         "terminal_reason": ["verified", "repeated_action", None, "no_changes",
+                                             "verified"], "kind": ["native"] * 5})
+    usage = pl.DataFrame({"run_dir": ["a", "a", "d"], "total_cost": [1.0, None, 3.0]})
+    spec = C.task_kinds(runs=runs, usage=usage).to_dict()
+    rows = {r["group"]: r for ds in _datasets(spec) for r in ds}
+    assert rows["x"]["success_rate"] == 0.5  # the crashed run is not finished
+    assert (rows["x"]["runs"], rows["x"]["finished"]) == (3, 2)
+    assert rows["y"]["success_rate"] == 1.0 and rows["y"]["median_cost"] == 3.0
+
+
+def test_top_runs_readable_labels_full_id_in_tooltip():
+    t0 = datetime(2026, 8, 3, 9, tzinfo=UTC)
+    runs = pl.DataFrame({"run_dir": [f"/abs/r{i}" for i in range(30)],
+                         "run_id": [f"{i:032x}" for i in range(30)],
+                         "terminal_reason": ["verified"] * 30, "result_status": ["completed"] * 30,
+                         "started_at": [t0 + timedelta(minutes=i) for i in range(30)],
+                         "active_wall_time_seconds": [float(i) for i in range(30)]})
+    spec = C.top_runs(runs=runs, n=5).to_dict()
+    bars = [r for ds in _datasets(spec) for r in ds if "wall_s" in r]
+    assert [r["wall_s"] for r in bars] == [29.0, 28.0, 27.0, 26.0, 25.0]
+    assert bars[0]["run"] == "verified · 08-03 09:29" and len(bars[0]["run_id"]) == 32
+    assert "/abs/" not in str(spec)
+
+
+def test_timeline_order_matches_subtitle_and_gaps_collapse():
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    runs = pl.DataFrame({"run_dir": ["ok", "bad"], "run_id": ["ok", "bad"],
+                         "verdict": ["terminal", "corrupt"], "terminal_reason": ["verified", None],
+                         "started_at": [t0, t0]})
+    mc = pl.DataFrame({"run_dir": ["ok", "ok", "bad"], "run_id": ["ok", "ok", "bad"],
+                       "step": [1, 2, 1], "requested_sequence": [1, 5, 1],
+                       "requested_at": [t0, t0 + timedelta(seconds=5000), t0],
+                       "completed_at": [t0 + timedelta(seconds=2),
+                                        t0 + timedelta(seconds=5003), t0 + timedelta(seconds=1)],
+                       "outcome": ["completed"] * 3})
+    ev = pl.DataFrame({"run_dir": ["ok", "ok"], "sequence": [3, 4],
+                       "event_type": ["model.completed", "session.resumed"],
+                       "created_at": [t0 + timedelta(seconds=2), t0 + timedelta(seconds=5000)]})
+    spec = C.step_timeline(runs=runs, model_calls=mc, events=ev).to_dict()
+    main = spec["vconcat"][0]
+    assert "most notable first" in main["title"]["subtitle"]
+    assert main["layer"][0]["encoding"]["y"]["sort"][0].startswith("unfinished")  # corrupt first
+    seg = [r for ds in _datasets(spec) for r in ds]
+    assert max(r["end_s"] for r in seg) == pytest.approx(35.0)  # 2 + 30 (gap) + 3
+    assert "1 long resume gap(s) collapsed" in main["title"]["subtitle"]
+    over = spec["vconcat"][1]["encoding"]["x"]["scale"]["domain"]
+    assert over == [0, pytest.approx(35.0)]  # the zoom strip spans the same domain
+    wall = C.step_timeline(runs=runs, model_calls=mc, events=ev, collapse_gaps=None).to_dict()
+    assert max(r["end_s"] for ds in _datasets(wall) for r in ds) == pytest.approx(5003.0)
