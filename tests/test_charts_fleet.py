@@ -124,3 +124,19 @@ def test_timeline_order_matches_subtitle_and_gaps_collapse():
     assert over == [0, pytest.approx(35.0)]  # the zoom strip spans the same domain
     wall = C.step_timeline(runs=runs, model_calls=mc, events=ev, collapse_gaps=None).to_dict()
     assert max(r["end_s"] for ds in _datasets(wall) for r in ds) == pytest.approx(5003.0)
+
+
+def test_token_budget_uses_fractions_when_budgets_differ():
+    runs = pl.DataFrame({"run_dir": ["a", "b"], "run_id": ["a", "b"],
+                         "max_total_tokens": [200_000, 5_000_000],
+                         "total_tokens": [100_000, 1_000_000]})
+    mc = pl.DataFrame({"run_dir": ["a", "b"], "requested_sequence": [1, 1],
+                       "completed_sequence": [2, 2], "total_tokens": [100_000, 1_000_000]})
+    spec = C.token_budget(runs=runs, model_calls=mc).to_dict()
+    left = spec["hconcat"][0]
+    assert left["layer"][0]["encoding"]["y"]["axis"]["format"] == "%"
+    ys = sorted(r["y"] for r in _values(left) if "sequence" in r and "y" in r)
+    assert ys == [0.2, 0.5]  # 1M of 5M, 100k of 200k
+    same = runs.with_columns(pl.lit(500_000).alias("max_total_tokens"))
+    spec2 = C.token_budget(runs=same, model_calls=mc).to_dict()
+    assert spec2["hconcat"][0]["layer"][0]["encoding"]["y"]["title"] == "cumulative total tokens"

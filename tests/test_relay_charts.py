@@ -10,7 +10,7 @@ from rivumi_analysis.relay import charts as C
 from rivumi_analysis.relay import tables as T
 from rivumi_analysis.relay.read import load_journals
 from rivumi_analysis.relay.report import relay_section
-from rivumi_analysis.viz.report import write_report
+from rivumi_analysis.viz.report import CHART_SECTIONS, write_report
 
 from .conftest import EXAMPLE_DIR
 from .relay_helpers import EXAMPLE, snapshot
@@ -90,6 +90,6 @@ def test_report_section_present_only_with_journals(tmp_path, relay_catalog):
     assert html.count('<tr><td>relay/') == 3  # kill, resumed, example
     for key in ("relay_lag", "relay_redeliveries", "relay_swimlanes", "relay_ack_latency"):
         assert f'data-chart="{key}"' in html
-    assert res.charts == 6 + 4
+    assert res.charts == len(CHART_SECTIONS) + 4  # the run charts, then 4 relay charts
     sec = relay_section([str(root)], redact=True)
     assert sec is not None and sec.journals == 3 and "relay/effect" not in sec.html

@@ -813,6 +813,7 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     if not _has(runs, "run_dir") or runs.height == 0:
         return _empty(title, "no runs")
     r = runs.select("run_dir", _col(runs, "run_id", pl.Utf8).alias("run_id"),
+                    _col(runs, "started_at", pl.Datetime("us", "UTC")).alias("started_at"),
                     _col(runs, "verdict", pl.Utf8).alias("verdict"),
                     _col(runs, "terminal_reason", pl.Utf8).alias("terminal_reason"),
                     _col(runs, "kind", pl.Utf8).alias("kind"),
@@ -992,7 +993,7 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     ...                   "completed_sequence": [2, 6], "total_tokens": [60, 60]})
     >>> spec = token_budget(runs=r, model_calls=m).to_dict()
     >>> spec["hconcat"][0]["layer"][0]["encoding"]["y"]["field"]
-    'tokens'
+    'y'
     """
     title = "Token budget"
     if _has(states, "run_dir", "sequence", "total_tokens"):
@@ -1017,6 +1018,7 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     else:
         return _empty(title, "needs states_df or model_calls_df")
     r = runs.select("run_dir", _col(runs, "run_id", pl.Utf8).alias("run_id"),
+                    _col(runs, "started_at", pl.Datetime("us", "UTC")).alias("started_at"),
                     _col(runs, "verdict", pl.Utf8).alias("verdict"),
                     _col(runs, "terminal_reason", pl.Utf8).alias("terminal_reason"),
                     _col(runs, "max_total_tokens", pl.Int64).alias("budget"),
@@ -1049,14 +1051,36 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     budgets = chosen.filter(pl.col("budget").is_not_null()).select("run", "run_id", "budget")
     sel = alt.selection_point(fields=["run"], bind="legend", name="token_run")
     color = alt.Color("run:N", title="run", legend=_legend("run (click)", orient="bottom", columns=3))
+    # Budgets that differ a lot (200k next to 5M) would flatten every line: then draw each
+    # run as a fraction of its own max_total_tokens (runs without a budget are left out).
+    use_frac = budgets.height > 0 and (budgets["budget"].max() or 0) > 3 * max(
+        budgets["budget"].min() or 1, 1)
+    dropped = 0
+    if use_frac:
+        dropped = chosen.filter(pl.col("budget").is_null()).height
+        line_df = line_df.filter(pl.col("budget").is_not_null() & (pl.col("budget") > 0))
+        line_df = line_df.with_columns((pl.col("tokens") / pl.col("budget")).round(5)
+                                       .alias("y"))
+        comp_pts = (comp_pts.join(chosen.select("run", "budget"), on="run", how="inner")
+                    .filter(pl.col("budget") > 0)
+                    .with_columns((pl.col("tokens") / pl.col("budget")).round(5).alias("y")))
+        y_enc = alt.Y("y:Q", title="cumulative tokens / max_total_tokens",
+                      axis=alt.Axis(format="%"))
+    else:
+        line_df = line_df.with_columns(pl.col("tokens").alias("y"))
+        comp_pts = comp_pts.with_columns(pl.col("tokens").alias("y"))
+        y_enc = alt.Y("y:Q", title="cumulative total tokens", axis=alt.Axis(format="~s"))
     line = alt.Chart(_values(line_df)).mark_line(interpolate="step-after").encode(
         x=alt.X("sequence:Q", title="event sequence"),
-        y=alt.Y("tokens:Q", title="cumulative total tokens"),
+        y=y_enc,
         color=color, opacity=alt.condition(sel, alt.value(0.9), alt.value(0.12)),
         tooltip=["run_id:N", "sequence:Q", "event_type:N", "tokens:Q", "budget:Q"]
     ).add_params(sel)
     layers: list[Any] = [line]
-    if budgets.height:
+    if use_frac:
+        layers.append(alt.Chart(_values(pl.DataFrame({"y": [1.0]}))).mark_rule(
+            color="#d62728", strokeDash=[6, 3]).encode(y="y:Q"))
+    elif budgets.height:
         layers.append(alt.Chart(_values(budgets)).mark_rule(strokeDash=[6, 3]).encode(
             y=alt.Y("budget:Q"), color=alt.Color("run:N", legend=None),
             opacity=alt.condition(sel, alt.value(0.9), alt.value(0.12)),
@@ -1064,13 +1088,17 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     if comp_pts.height:
         layers.append(alt.Chart(_values(comp_pts)).mark_point(
             shape="diamond", size=110, filled=True, color="#111").encode(
-            x="sequence:Q", y="tokens:Q",
+            x="sequence:Q", y="y:Q",
             tooltip=["run_id:N", "sequence:Q", "tokens:Q",
                      alt.Tooltip("run_id:N", title="compaction in")]))
-    left = alt.layer(*layers).properties(
-        width=420, height=260,
-        title=_title(f"{title}: cumulative tokens (◆ = history compaction)", chosen.height,
-                     total_with_data))
+    ttl = _title(f"{title}: cumulative tokens (◆ = history compaction)", chosen.height,
+                 total_with_data)
+    if use_frac:
+        ttl = alt.TitleParams(ttl.text, subtitle=[ttl.subtitle, "as a fraction of each run's "
+                              "own budget (budgets differ)" + (
+                                  f"; {dropped} picked run(s) without a budget not drawn"
+                                  if dropped else "")], anchor="start")
+    left = alt.layer(*layers).properties(width=420, height=260, title=ttl)
     with_budget = r.filter(pl.col("budget").is_not_null() & (pl.col("budget") > 0)
                            & pl.col("total_tokens").is_not_null())
     if with_budget.height == 0:
