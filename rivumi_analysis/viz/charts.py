@@ -902,7 +902,7 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
         x="used_frac:Q", y=y, tooltip=["run_id:N", alt.Tooltip("used_frac:Q", format=".0%"),
                                        "charged_s:Q", "budget_s:Q"])
     top = alt.layer(bars, rule, marks).properties(
-        width=560, height=alt.Step(16),
+        width=500, height=alt.Step(16),
         title=_title(f"{title}: charged time per run ({over.height} exceeded)",
                      chosen.height, total))
     if not _has(states, "run_dir", "charged_wall_seconds", "wall_elapsed_seconds", "sequence"):
@@ -937,7 +937,7 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     line = alt.Chart(_values(pts)).mark_line(interpolate="step-after", point=False).encode(
         x=alt.X("elapsed_s:Q", title="wall-clock seconds since run start"),
         y=alt.Y("used_frac:Q", title="charged / budget", axis=alt.Axis(format="%")),
-        color=alt.Color("run:N", title="run", legend=_legend("run (click)", orient="bottom", columns=3)),
+        color=alt.Color("run:N", title="run", legend=_legend("run (click)", orient="bottom", columns=2)),
         opacity=alt.condition(sel, alt.value(0.95), alt.value(0.12)),
         tooltip=["run_id:N", alt.Tooltip("sequence:Q", title="sequence"), "event_type:N",
                  "elapsed_s:Q", "charged_s:Q", alt.Tooltip("used_frac:Q", format=".1%")]
@@ -1050,7 +1050,7 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                 .drop("run_dir"))
     budgets = chosen.filter(pl.col("budget").is_not_null()).select("run", "run_id", "budget")
     sel = alt.selection_point(fields=["run"], bind="legend", name="token_run")
-    color = alt.Color("run:N", title="run", legend=_legend("run (click)", orient="bottom", columns=3))
+    color = alt.Color("run:N", title="run", legend=_legend("run (click)", orient="bottom", columns=2))
     # Budgets that differ a lot (200k next to 5M) would flatten every line: then draw each
     # run as a fraction of its own max_total_tokens (runs without a budget are left out).
     use_frac = budgets.height > 0 and (budgets["budget"].max() or 0) > 3 * max(
@@ -1094,11 +1094,11 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     ttl = _title(f"{title}: cumulative tokens (◆ = history compaction)", chosen.height,
                  total_with_data)
     if use_frac:
-        ttl = alt.TitleParams(ttl.text, subtitle=[ttl.subtitle, "as a fraction of each run's "
-                              "own budget (budgets differ)" + (
-                                  f"; {dropped} picked run(s) without a budget not drawn"
-                                  if dropped else "")], anchor="start")
-    left = alt.layer(*layers).properties(width=420, height=260, title=ttl)
+        ttl = alt.TitleParams(ttl.text, subtitle=[ttl.subtitle, "share of each run's own "
+                              "budget (budgets differ)"] + (
+                                  [f"{dropped} picked run(s) without a budget not drawn"]
+                                  if dropped else []), anchor="start")
+    left = alt.layer(*layers).properties(width=380, height=260, title=ttl)
     with_budget = r.filter(pl.col("budget").is_not_null() & (pl.col("budget") > 0)
                            & pl.col("total_tokens").is_not_null())
     if with_budget.height == 0:
@@ -1123,9 +1123,10 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                 x2="to_f:Q",
                 y=alt.Y("runs:Q", title="runs"),
                 color=alt.Color("status:N", scale=alt.Scale(domain=["within", "over budget"],
-                                                            range=["#4c9be8", "#d62728"])),
+                                                            range=["#4c9be8", "#d62728"]),
+                                legend=_legend("status", orient="bottom")),
                 tooltip=["from_f:Q", "to_f:Q", "runs:Q", "status:N"])
-            .properties(width=180, height=260))
+            .properties(width=170, height=260))
     return alt.hconcat(left, right).resolve_scale(color="independent")
 
 
