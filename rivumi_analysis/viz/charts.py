@@ -568,7 +568,7 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
     x_main = alt.X("start_s:Q", title=x_title,
                    scale=alt.Scale(domain={"param": "zoom"}, nice=False) if shown > 1
                    else alt.Scale(domain=[0, max_end], nice=False))
-    y = alt.Y("run:N", title=None, sort=run_order, axis=alt.Axis(labelLimit=240))
+    y = alt.Y("run:N", title=None, sort=run_order, axis=alt.Axis(labelLimit=200))
     bars = base.mark_bar(clip=True).encode(
         x=x_main, x2="end_s:Q", y=y,
         yOffset=alt.YOffset("lane:N", sort=order, scale=alt.Scale(domain=order)),
@@ -748,7 +748,7 @@ def repeat_guard(*, states: pl.DataFrame | None = None, events: pl.DataFrame | N
     count_scale = alt.Scale(domain=[str(i) for i in range(1, threshold + 1)],
                             range=["#c6dbef", "#ff9f1c", "#d62728"][-threshold:]
                             if threshold <= 3 else alt.Undefined)
-    y = alt.Y("run:N", sort=order, title=None, axis=alt.Axis(labelLimit=240))
+    y = alt.Y("run:N", sort=order, title=None, axis=alt.Axis(labelLimit=200))
     grid = alt.Chart(_values(cells)).mark_rect(stroke="#fff", strokeWidth=0.3).encode(
         x=alt.X("pos:O", title=f"tool calls before the run's last one (last {tail} shown)",
                 sort="ascending", axis=alt.Axis(labelOverlap=True, labelAngle=0)),
@@ -759,7 +759,7 @@ def repeat_guard(*, states: pl.DataFrame | None = None, events: pl.DataFrame | N
                  "repeat_count:Q", "status:N", "event_type:N"])
     n_calls = int(cells["pos"].n_unique() or 1)
     left = grid.properties(
-        width=min(max(14 * n_calls, 200), 420), height=alt.Step(14),
+        width=min(max(14 * n_calls, 200), 360), height=alt.Step(14),
         title=alt.TitleParams(f"{title}: repeat_count at each tool call (trips at {threshold})",
                               subtitle=sub + "; red = the call that trips the guard",
                               anchor="start"))
