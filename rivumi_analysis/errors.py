@@ -117,7 +117,7 @@ QUARANTINE_REASONS: Mapping[str, str] = {
     "invalid_utf8": "the line is not valid UTF-8",
     "json_syntax": "the line is not valid JSON",
     "not_object": "the line is JSON but not an object",
-    "bad_sequence": "sequence is missing, negative, or not an integer under pydantic's lax rules",
+    "bad_sequence": "sequence is missing, negative, not an integer under pydantic's lax rules, or beyond 64 bits",
     "bad_event_type": "event_type is missing, not a string, or empty",
 }
 

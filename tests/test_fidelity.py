@@ -315,3 +315,24 @@ def test_replay_depth_limit_is_explicit_and_audit_agrees(make_run: Any, depth: i
     finally:
         sys.setrecursionlimit(old)
     assert compare_run(Path(run)).ok
+
+
+# --- bad input is normal input for the tables too -------------------------------------------
+def test_tables_survive_lone_surrogates_and_huge_sequences(make_run: Any) -> None:
+    import rivumi_analysis
+
+    def edit(lines: list[bytes]) -> list[bytes]:
+        lines[3] = lines[3].replace(b'"event_type":"', b'"event_type":"\\ud800', 1)
+        lines[5] = _into_data('"tool_name":"x\\udfff","\\udc00k":1')(lines[5])
+        lines[7] = lines[7].replace(b'"sequence":7', b'"sequence":' + b"9" * 40, 1)
+        return lines
+
+    run = make_run(events=_events(edit))
+    for name in ("runs_df", "events_df", "quarantine_df", "tool_calls_df", "approvals_df",
+                 "model_calls_df", "states_df"):
+        getattr(rivumi_analysis, name)(run)  # none raises
+    events = rivumi_analysis.events_df(run)
+    assert "\ufffd" in events.filter(events["line_no"] == 4)["event_type"].item()
+    q = rivumi_analysis.quarantine_df(run)
+    assert q.filter(q["line_no"] == 8)["reason"].item() == "bad_sequence"
+    assert audit_run(run)["verdict"] == "corrupt"

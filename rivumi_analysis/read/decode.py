@@ -186,6 +186,10 @@ def decode_line(raw: bytes, *, line_no: int, has_newline: bool,
         return quarantine("json_syntax", f"not valid JSON for the runner's replay: {exc}")
     except ValueError as exc:
         return quarantine("json_syntax", f"not valid JSON: {exc}")
+    if b"\\u" in body and _SURROGATE_ESCAPE.search(body):
+        # Lone surrogates cannot enter Arrow/polars strings (UTF-8 only). Verdicts and replay
+        # read the raw bytes, never this object; the tables show U+FFFD instead.
+        obj = _without_lone_surrogates(obj)
     if flags.dup:
         warnings.add("duplicate_key")
     if flags.nan:
@@ -212,6 +216,8 @@ def _lax_sequence(obj: dict[str, Any]) -> tuple[int | None, bool, str | None]:
         return None, False, "sequence is missing"
     value = obj["sequence"]
     if type(value) is int:
+        if value > MAX_TABLE_SEQUENCE:
+            return None, False, f"sequence {str(value)[:30]}... is beyond 64 bits"
         if value >= 0:
             return value, False, None
         return None, False, f"sequence {value} is negative"
@@ -220,7 +226,40 @@ def _lax_sequence(obj: dict[str, Any]) -> tuple[int | None, bool, str | None]:
         seq = SEQUENCE_ADAPTER.validate_json(json.dumps(value, allow_nan=True))
     except Exception:  # pydantic.ValidationError or a non-finite float
         return None, False, f"sequence {json.dumps(value)[:60]} is not a non-negative integer"
+    if seq > MAX_TABLE_SEQUENCE:
+        return None, False, f"sequence {str(seq)[:30]}... is beyond 64 bits"
     return seq, True, None
+
+
+MAX_TABLE_SEQUENCE = 2 ** 63 - 1
+"""Sequences past the tables' Int64 are quarantined (``bad_sequence``); no real log gets near,
+and resume's verdict (decided on the raw line) is unaffected."""
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """``value`` with every lone surrogate (in strings and keys) replaced by U+FFFD.
+
+    >>> _without_lone_surrogates({"k" + chr(0xD800): ["a" + chr(0xDC00), "ok"]})
+    {'k�': ['a�', 'ok']}
+    """
+    if isinstance(value, str):
+        if not _has_surrogate(value):
+            return value
+        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in value)
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    return value
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _data_text(body: bytes, text: str, obj: dict[str, Any]) -> str | None:
