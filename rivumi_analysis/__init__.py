@@ -1,6 +1,7 @@
 """rivumi-analysis: load, audit, replay and chart Rivumi / Looplane run directories.
 
-The public surface is small: one ``*_df`` loader per table (all with the same signature),
+The public surface is small: one ``*_df`` loader per table (all with the same signature,
+reading through the incremental Parquet store by default) and its lazy ``scan_*`` twin,
 the audit, and the pandera models in :mod:`rivumi_analysis.schemas`. Heavy modules are
 imported lazily, so ``import rivumi_analysis`` stays cheap. The package layout (layers as
 subpackages) is described in ``docs/ARCHITECTURE.md``.
@@ -13,19 +14,26 @@ from typing import Any
 
 from ._version import __version__
 
+# The *_df loaders read through the Parquet store by default (cache=False: in memory); each
+# table has a lazy twin scan_<table> over the store.
+_STORE = "rivumi_analysis.store.loaders"
+_TABLES = ("runs", "events", "quarantine", "manifests", "tool_calls", "approvals",
+           "model_calls", "usage", "verifications", "states", "drift", "forks")
 _LAZY = {
-    "runs_df": "rivumi_analysis.tables.runs",
-    "events_df": "rivumi_analysis.tables.events",
-    "quarantine_df": "rivumi_analysis.tables.quarantine",
-    "manifests_df": "rivumi_analysis.tables.manifests",
-    "tool_calls_df": "rivumi_analysis.tables.tool_calls",
-    "approvals_df": "rivumi_analysis.tables.approvals",
-    "model_calls_df": "rivumi_analysis.tables.model_calls",
-    "usage_df": "rivumi_analysis.tables.usage",
-    "verifications_df": "rivumi_analysis.tables.verifications",
-    "states_df": "rivumi_analysis.tables.states",
-    "drift_df": "rivumi_analysis.tables.drift",
-    "forks_df": "rivumi_analysis.tables.forks",
+    "runs_df": _STORE,
+    "events_df": _STORE,
+    "quarantine_df": _STORE,
+    "manifests_df": _STORE,
+    "tool_calls_df": _STORE,
+    "approvals_df": _STORE,
+    "model_calls_df": _STORE,
+    "usage_df": _STORE,
+    "verifications_df": _STORE,
+    "states_df": _STORE,
+    "drift_df": _STORE,
+    "forks_df": _STORE,
+    **{f"scan_{t}": _STORE for t in _TABLES},
+    "open_store": "rivumi_analysis.store.core",
     "messages_df": "rivumi_analysis.tables.messages",
     "search": "rivumi_analysis.text_search",
     "audit_run": "rivumi_analysis.audit",

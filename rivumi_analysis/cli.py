@@ -138,6 +138,37 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="keep only ids, codes, numbers and timestamps (no content)")
     e.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
     e.set_defaults(handler=cmd_export)
+
+    st = sub.add_parser("store", help="build or refresh the Parquet store of every table and "
+                                      "print where it is")
+    st.add_argument("paths", nargs="*", metavar="PATH",
+                    help="run directories or folders of runs (default: the run root)")
+    st.add_argument("--store", default=None, metavar="DIR",
+                    help="store folder (default: $RIVUMI_ANALYSIS_STORE_DIR or "
+                         "~/.cache/rivumi-analysis/store/<name>-<hash>); never inside a source")
+    st.add_argument("--verify", action="store_true",
+                    help="also check every part file's checksum (not only size and mtime)")
+    st.add_argument("--compact", action="store_true",
+                    help="rewrite parts holding superseded rows, so the files hold exactly the "
+                         "live rows (before reading them with DuckDB or Spark)")
+    st.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
+    st.set_defaults(handler=cmd_store)
+
+    w = sub.add_parser("watch", help="live view of running sessions: step, last event, "
+                                     "repeat guard, budgets, resume verdict, alerts")
+    w.add_argument("paths", nargs="*", metavar="PATH",
+                   help="run directories or folders of runs (default: the run root)")
+    w.add_argument("--format", choices=("text", "jsonl"), default=None,
+                   help="default: a redrawn screen on a terminal, one line per change "
+                        "otherwise; jsonl: one JSON object per change")
+    w.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+                   help="seconds between refreshes (default 2)")
+    w.add_argument("--stall", type=float, default=60.0, metavar="SECONDS",
+                   help="alert when a live run has no new event for this long (default 60)")
+    w.add_argument("--iterations", type=int, default=None, metavar="N",
+                   help="stop after N refreshes (default: until interrupted)")
+    w.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
+    w.set_defaults(handler=cmd_watch)
     return p
 
 
@@ -431,6 +462,41 @@ def cmd_relay_audit(args: argparse.Namespace) -> int:
     return run_cli(args.paths, fmt, fail_on, max_depth=args.max_depth)
 
 
+def cmd_store(args: argparse.Namespace) -> int:
+    from .errors import StoreError
+    from .store.core import open_store
+
+    paths, err = _resolve_paths(args.paths)
+    if err:
+        print(f"rivumi-analysis store: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        opened = open_store(paths, store_dir=args.store, max_depth=args.max_depth,
+                            verify=args.verify, compact=args.compact)
+    except StoreError as exc:
+        print(f"rivumi-analysis store: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    s = opened.store.last_stats
+    m = opened.manifest
+    size = sum(f["bytes"] for p in m.parts.values() for f in p["files"])
+    assert s is not None
+    print(f"rivumi-analysis: store {opened.store.directory}: {s.runs} runs, {s.reread} read, "
+          f"{s.removed} removed, {len(m.parts)} parts, {size / 1e6:.1f} MB "
+          f"({s.seconds:.2f} s)")
+    return EXIT_OK
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from .store.watch import watch
+
+    paths, err = _resolve_paths(args.paths)
+    if err:
+        print(f"rivumi-analysis watch: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    return watch(paths, fmt=args.format or "auto", interval=args.interval,
+                 stall_seconds=args.stall, max_depth=args.max_depth, iterations=args.iterations)
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     if args.name in TABLE_NAMES:
         from .dictionary import dictionary, render_text
@@ -488,7 +554,7 @@ def cmd_codes(args: argparse.Namespace) -> int:
 
 
 # every argument that names a path (``~`` and ``$VARS`` are expanded in each)
-_PATH_ARGS = ("paths", "run_dir", "out", "png", "cache_dir", "path")
+_PATH_ARGS = ("paths", "run_dir", "out", "png", "cache_dir", "path", "store")
 
 
 def expand_path(path: str) -> str:

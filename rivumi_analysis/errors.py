@@ -337,6 +337,13 @@ class SchemaValidationError(RivumiAnalysisError):
     code = "schema_validation"
 
 
+class StoreError(RivumiAnalysisError):
+    """The Parquet store cannot be used (codes: ``store_unwritable``, ``store_locked``,
+    ``store_inside_source``, ``store_damaged``, ``store_failed``); loaders then fall back to an in-memory load."""
+
+    code = "store_unusable"
+
+
 def describe(code: str) -> str:
     """Return the one-line description of a reason code, or raise ``KeyError``.
 

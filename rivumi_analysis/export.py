@@ -5,9 +5,11 @@ Layout (Hive-style, partitioned by table and run kind, never by run id)::
     OUT/_dataset.json                          schema version, tables, columns, row counts
     OUT/<table>/kind=<kind>/part-0.parquet     one file per (table, kind)
 
-Tables: every run table (``runs``, ``events``, ``quarantine``, ``manifests``, ``states``,
-``tool_calls``, ``approvals``, ``model_calls``, ``usage``, ``verifications``, ``drift``,
-``forks``, ``messages``). ``kind`` is ``native|fork|subagent|external`` (``unknown`` for a
+This is the store's layout, written by the same writer (``store.build.write_parts``; the
+store has more parts per folder, ``part-<key>.parquet``). Tables: every run table (``runs``,
+``events``, ``quarantine``, ``manifests``, ``states``, ``tool_calls``, ``approvals``,
+``model_calls``, ``usage``, ``verifications``, ``drift``, ``forks``, ``messages``). ``kind``
+is ``native|fork|subagent|external`` (``unknown`` for a
 run the toolkit failed on); a table with no rows gets one empty file under ``kind=none`` so
 its schema is still readable. Column types are limited to what all three engines read:
 Int64, Float64, Boolean, String, Binary, Timestamp(microseconds, UTC) and lists of those (no
@@ -30,9 +32,9 @@ from typing import Any
 from ._version import __version__
 from .errors import SourceError
 from .read.discovery import DEFAULT_MAX_DEPTH, Source, normalize_sources
+from .store.build import SCHEMA_VERSION, portable, with_kind, write_parts
 
-SCHEMA_VERSION = 1
-"""Version of the exported dataset's layout and columns (also in each file's metadata)."""
+__all__ = ["SCHEMA_VERSION", "TABLES", "ExportError", "export", "portable", "redact"]
 
 TABLES = ("runs", "events", "quarantine", "manifests", "states", "tool_calls", "approvals",
           "model_calls", "usage", "verifications", "drift", "forks", "messages")
@@ -53,78 +55,14 @@ REDACT_DROP = {"approvals": frozenset({"policy_reason"})}
 
 
 def build_tables(runs: list[Any]) -> dict[str, Any]:
-    """Every exported table, built from one list of ``RunData`` snapshots."""
-    from .tables import (
-        approvals,
-        events,
-        manifests,
-        model_calls,
-        tool_calls,
-        usage,
-        verifications,
-    )
-    from .tables import runs as runs_table
-    from .tables._common import quarantine_frame
-
-    tables = {
-        "runs": runs_table.runs_frame(runs),
-        "events": events.events_frame(runs),
-        "quarantine": quarantine_frame(runs),
-        "tool_calls": tool_calls.tool_calls_frame(runs),
-        "approvals": approvals.approvals_frame(runs),
-        "model_calls": model_calls.model_calls_frame(runs),
-        "usage": usage.usage_frame(runs),
-        "manifests": manifests.manifests_frame(runs),
-        "verifications": verifications.verifications_frame(runs),
-    }
-    from .tables.drift import drift_df
-    from .tables.forks import forks_df
+    """Every exported table (polars DataFrames), built from one list of ``RunData`` snapshots:
+    the store's tables (``store.build.build_frames``) plus ``messages``."""
+    from .store.build import build_frames
     from .tables.messages import messages_frame
-    from .tables.states import states_df  # the same engine as the loader, not a copy of it
 
-    tables["states"] = states_df(runs)
-    tables["drift"] = drift_df(runs)
-    tables["forks"] = forks_df(runs)
+    tables = build_frames(runs)
     tables["messages"] = messages_frame(runs)
-    return {t: tables[t] for t in TABLES if t in tables}
-
-
-def _portable_type(dt: Any) -> Any:
-    import polars as pl
-
-    if isinstance(dt, pl.Datetime):
-        return pl.Datetime("us", dt.time_zone or "UTC") if dt.time_zone else pl.Datetime(
-            "us", "UTC")
-    if isinstance(dt, pl.Duration):
-        return pl.Int64  # microseconds
-    if isinstance(dt, pl.List):
-        return pl.List(_portable_type(dt.inner))
-    if isinstance(dt, pl.Array):
-        return pl.List(_portable_type(dt.inner))
-    if isinstance(dt, pl.Struct):
-        return pl.Struct({f.name: _portable_type(f.dtype) for f in dt.fields})
-    if dt in (pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64, pl.Int8, pl.Int16, pl.Int32):
-        return pl.Int64
-    if dt == pl.Float32:
-        return pl.Float64
-    if dt in (pl.Categorical, pl.Enum, pl.Null, pl.Object) or isinstance(
-            dt, (pl.Categorical, pl.Enum)):
-        return pl.String
-    return dt
-
-
-def portable(df: Any) -> Any:
-    """Cast every column to a type polars, DuckDB and Spark all read from Parquet."""
-    import polars as pl
-
-    casts = []
-    for name, dt in df.schema.items():
-        want = _portable_type(dt)
-        if isinstance(dt, pl.Duration):
-            casts.append(pl.col(name).dt.total_microseconds().alias(name))
-        elif want != dt:
-            casts.append(pl.col(name).cast(want))
-    return df.with_columns(casts) if casts else df
+    return {t: tables[t] for t in TABLES}
 
 
 def redact(table: str, df: Any, tops: list[str]) -> Any:
@@ -168,62 +106,6 @@ def _kinds_of(runs: list[Any]) -> dict[str, str]:
     return {r.run_dir: r.kind or "unknown" for r in runs}
 
 
-def with_kind(df: Any, kinds: dict[str, str]) -> Any:
-    """Add (or fill) the ``kind`` partition column from each row's run."""
-    import polars as pl
-
-    if "kind" in df.columns:
-        return df.with_columns(pl.col("kind").fill_null("unknown"))
-    if "run_dir" not in df.columns:
-        return df.with_columns(pl.lit("unknown").alias("kind"))
-    kmap = pl.DataFrame({"run_dir": list(kinds), "kind": list(kinds.values())},
-                        schema={"run_dir": pl.String, "kind": pl.String})
-    return df.join(kmap, on="run_dir", how="left", maintain_order="left").with_columns(
-        pl.col("kind").fill_null("unknown"))
-
-
-def write_table(out: str, table: str, df: Any) -> dict[str, int]:
-    """Write one table (with a ``kind`` column) partitioned by kind; rows per partition."""
-    import pyarrow.parquet as pq
-
-    meta = {b"rivumi_analysis.schema_version": str(SCHEMA_VERSION).encode(),
-            b"rivumi_analysis.table": table.encode(),
-            b"rivumi_analysis.version": __version__.encode()}
-    counts: dict[str, int] = {}
-    groups = (df.partition_by("kind", as_dict=True, maintain_order=True) if df.height
-              else {("none",): df})
-    for key, part in groups.items():
-        kind = key[0] if isinstance(key, tuple) else key
-        d = os.path.join(out, table, f"kind={kind}")
-        os.makedirs(d, exist_ok=True)
-        arrow = _plain_arrow(part.drop("kind").to_arrow())
-        arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), **meta})
-        pq.write_table(arrow, os.path.join(d, "part-0.parquet"), compression="zstd",
-                       coerce_timestamps="us", allow_truncated_timestamps=False)
-        counts[str(kind)] = part.height
-    return counts
-
-
-def _plain_arrow(tbl: Any) -> Any:
-    """Arrow view/large types -> the plain ones every Parquet reader maps."""
-    import pyarrow as pa
-
-    def plain(t: Any) -> Any:
-        if pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", lambda _: False)(t):
-            return pa.string()
-        if pa.types.is_large_binary(t) or getattr(pa.types, "is_binary_view", lambda _: False)(t):
-            return pa.binary()
-        if pa.types.is_large_list(t) or pa.types.is_list(t) or getattr(
-                pa.types, "is_list_view", lambda _: False)(t):
-            return pa.list_(plain(t.value_type))
-        if pa.types.is_struct(t):
-            return pa.struct([pa.field(f.name, plain(f.type)) for f in t])
-        return t
-
-    schema = pa.schema([pa.field(f.name, plain(f.type)) for f in tbl.schema])
-    return tbl.cast(schema) if schema != tbl.schema else tbl
-
-
 def export(source: Source | None, out: str | os.PathLike[str], *, redact_output: bool = False,
            max_depth: int = DEFAULT_MAX_DEPTH,
            progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
@@ -265,7 +147,9 @@ def export(source: Source | None, out: str | os.PathLike[str], *, redact_output:
         df = with_kind(portable(df), kinds)
         if redact_output:
             df = redact(table, df, tops)
-        counts = write_table(out, table, df)
+        counts: dict[str, int] = {}
+        for f in write_parts({table: df}, out, "0", keep_empty=True)["files"]:
+            counts[f["kind"]] = counts.get(f["kind"], 0) + f["rows"]
         manifest["tables"][table] = {
             "rows": sum(counts.values()), "partitions": counts,
             "columns": {k: str(v) for k, v in df.schema.items() if k != "kind"},

@@ -17,7 +17,8 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXPECTED = {"00_fleet_overview", "01_load_and_validate", "02_step_timelines",
-            "03_repeat_guards_and_budgets", "04_replay_and_forks", "06_relay_channels"}
+            "03_repeat_guards_and_budgets", "04_replay_and_forks", "05_live_fleet",
+            "06_relay_channels"}
 
 
 def _run_root() -> Path:

@@ -1,0 +1,131 @@
+"""Benchmark of the Parquet store (issue 12): figures against baselines measured in the same run.
+
+Usage (a corpus outside the repo; the script APPENDS to 100 of its runs, so use a copy)::
+
+    python -m rivumi_analysis.synth.corpus --runs 10000 --target-mb 1000 --out /tmp/store10k
+    python benchmarks/store_bench.py /tmp/store10k [--reps 3] [--store DIR]
+
+Prints, each with min / median / max over ``--reps`` and a ratio to its baseline:
+cold ``events_df`` and ``states_df`` (``cache=False``) as the baselines; the first build of
+the store; warm ``events_df`` / ``states_df`` through the store; a ``scan_events`` filter
+query; a refresh with nothing changed against the stat floor (discovery plus one ``lstat``
+of every entry of every run); a refresh after appending one event to 100 runs; store bytes
+per event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def timed(fn: Callable[[], Any], reps: int) -> tuple[list[float], Any]:
+    out = []
+    value = None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        value = fn()
+        out.append(time.perf_counter() - t0)
+    return out, value
+
+
+def fmt(ts: list[float]) -> str:
+    return (f"min {min(ts):7.3f} s  median {statistics.median(ts):7.3f} s  "
+            f"max {max(ts):7.3f} s")
+
+
+def stat_floor(src: str) -> None:
+    from rivumi_analysis._discovery import discover
+
+    for loc in discover(src).runs:
+        with os.scandir(loc.run_dir) as it:
+            for e in it:
+                e.stat(follow_symlinks=False)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("corpus")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--store", default=None, help="store folder (default: a temp folder)")
+    args = ap.parse_args()
+    os.environ["RIVUMI_ANALYSIS_STORE"] = "1"
+    import polars as pl
+
+    import rivumi_analysis as ra
+    from rivumi_analysis.store.core import open_store
+
+    src = args.corpus
+    store = args.store or tempfile.mkdtemp(prefix="rivumi-store-bench-")
+    if os.path.exists(store):
+        shutil.rmtree(store)
+    lines = [f"corpus {src}: {len(os.listdir(src))} entries; store {store}; "
+             f"load average {os.getloadavg()[0]:.1f}"]
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    cold_ev, ev = timed(lambda: ra.events_df(src, cache=False), 1)
+    cold_st, st = timed(lambda: ra.states_df(src, cache=False), 1)
+    cold_sum = cold_ev[0] + cold_st[0]
+    say(f"cold events_df ({ev.height} rows)          {fmt(cold_ev)}")
+    say(f"cold states_df ({st.height} rows)          {fmt(cold_st)}")
+    first, opened = timed(lambda: open_store(src, store_dir=store), 1)
+    say(f"first build (all 12 tables)          {fmt(first)}  = "
+        f"{first[0] / cold_sum:.2f}x cold events_df+states_df")
+    warm_ev, wev = timed(lambda: ra.events_df(src, store_dir=store), args.reps)
+    say(f"warm events_df                       {fmt(warm_ev)}  = "
+        f"{100 * statistics.median(warm_ev) / cold_ev[0]:.1f}% of cold")
+    warm_st, wst = timed(lambda: ra.states_df(src, store_dir=store), args.reps)
+    say(f"warm states_df                       {fmt(warm_st)}  = "
+        f"{100 * statistics.median(warm_st) / cold_st[0]:.1f}% of cold")
+    assert wev.equals(ev) and wst.equals(st), "warm tables differ from cold ones"
+
+    def query() -> Any:
+        return (ra.scan_events(src, store_dir=store)
+                .filter(pl.col("event_type") == "tool.completed")
+                .select("run_dir", "sequence", "created_at").collect())
+
+    q, qdf = timed(query, args.reps)
+    say(f"scan_events filter query ({qdf.height} rows) {fmt(q)}")
+    floor, _ = timed(lambda: stat_floor(src), args.reps)
+    nochange, _ = timed(lambda: open_store(src, store_dir=store), args.reps)
+    say(f"stat floor (discover + lstat all)    {fmt(floor)}")
+    say(f"refresh, nothing changed             {fmt(nochange)}  = "
+        f"{statistics.median(nochange) / statistics.median(floor):.2f}x the stat floor")
+    runs = sorted(os.listdir(src))[:: max(1, len(os.listdir(src)) // 100)][:100]
+    for name in runs:
+        with open(os.path.join(src, name, "events.jsonl"), "ab") as fh:
+            fh.write(b'{"store_bench": "appended"}\n')
+    app, op = timed(lambda: open_store(src, store_dir=store), 1)
+    s = op.store.last_stats
+    say(f"refresh after appending to 100 runs  {fmt(app)}  ({s.reread} runs re-read, "
+        f"{s.parts_written} part(s) written)")
+    again, op2 = timed(lambda: open_store(src, store_dir=store), 1)
+    say(f"next refresh (the 100 still racy)    {fmt(again)}  "
+        f"({op2.store.last_stats.reread} re-read)")
+    m = op2.manifest
+    total = sum(f["bytes"] for p in m.parts.values() for f in p["files"])
+    ev_bytes = sum(f["bytes"] for _k, f in m.files("events"))
+    n_ev = ra.scan_events(src, store_dir=store).select(pl.len()).collect().item()
+    say(f"store size {total / 1e6:.1f} MB in {len(m.parts)} parts: {total / n_ev:.0f} bytes "
+        f"per event (events table alone {ev_bytes / n_ev:.0f} bytes per event)")
+    if not args.store:
+        shutil.rmtree(store, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

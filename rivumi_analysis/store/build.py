@@ -1,0 +1,274 @@
+"""Every table for a chunk of runs (one read per run) and the one Parquet writer.
+
+:func:`build_tables` is pure: it reads each run once and builds all tables with the same
+public builders the ``*_df`` loaders use. :func:`write_parts` writes them in the one dataset
+layout shared by :mod:`rivumi_analysis.export`, the store and the distributed engine::
+
+    OUT/<table>/kind=<kind>/part-<key>.parquet
+
+Names are deterministic (a retried task with the same key overwrites its files, never
+duplicates them) and every file appears by an atomic rename.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .._version import __version__
+from ..read.discovery import RunLocation
+from ..read.snapshot import RunData, gc_paused, read_run
+
+TABLES: tuple[str, ...] = (
+    "runs", "events", "quarantine", "manifests", "tool_calls", "approvals", "model_calls",
+    "usage", "verifications", "states", "drift", "forks")
+"""Every table the store (and ``export``) materialises, in a stable order."""
+
+SCHEMA_VERSION = 1
+"""Version of the dataset layout and columns (in each file's metadata)."""
+
+_KEY_RE = re.compile(r"[A-Za-z0-9_.-]+\Z")
+
+
+def read_runs(locations: Iterable[RunLocation | str]) -> list[RunData]:
+    """Read every location once (a plain string is a top-level run directory)."""
+    out = []
+    with gc_paused():
+        for loc in locations:
+            if isinstance(loc, str):
+                loc = RunLocation(loc)
+            out.append(read_run(loc.run_dir, is_subagent=loc.is_subagent,
+                                parent_run_dir=loc.parent_run_dir,
+                                source_root=loc.source_root))
+    return out
+
+
+def empty_tables() -> dict[str, Any]:
+    """Every table with no rows (the exact ``*_df`` schemas)."""
+    import polars as pl
+
+    from .. import schemas as S
+    from ..tables._common import polars_schema
+    from ..tables.states import STATE_COLUMNS
+
+    models = {"runs": S.RunsSchema, "events": S.EventsSchema, "quarantine": S.QuarantineSchema,
+              "manifests": S.ManifestsSchema, "tool_calls": S.ToolCallsSchema,
+              "approvals": S.ApprovalsSchema, "model_calls": S.ModelCallsSchema,
+              "usage": S.UsageSchema, "verifications": S.VerificationsSchema,
+              "drift": S.DriftSchema, "forks": S.ForksSchema}
+    out = {t: pl.DataFrame(schema=polars_schema(m)) for t, m in models.items()}
+    out["states"] = pl.DataFrame(schema=STATE_COLUMNS)
+    return {t: out[t] for t in TABLES}
+
+
+def build_frames(runs: Sequence[RunData]) -> dict[str, Any]:
+    """Every table (polars DataFrames, validated) of some already read runs, in their order."""
+    from ..tables._common import quarantine_frame
+    from ..tables.approvals import approvals_frame
+    from ..tables.drift import drift_df
+    from ..tables.events import events_frame
+    from ..tables.forks import forks_df
+    from ..tables.manifests import manifests_frame
+    from ..tables.model_calls import model_calls_frame
+    from ..tables.runs import runs_frame
+    from ..tables.states import states_df
+    from ..tables.tool_calls import tool_calls_frame
+    from ..tables.usage import usage_frame
+    from ..tables.verifications import verifications_frame
+
+    runs = list(runs)
+    if not runs:
+        return empty_tables()
+    with gc_paused():
+        tables = {
+            "runs": runs_frame(runs),
+            "events": events_frame(runs),
+            "quarantine": quarantine_frame(runs),
+            "manifests": manifests_frame(runs),
+            "tool_calls": tool_calls_frame(runs),
+            "approvals": approvals_frame(runs),
+            "model_calls": model_calls_frame(runs),
+            "usage": usage_frame(runs),
+            "verifications": verifications_frame(runs),
+            "states": states_df(runs),
+            "drift": drift_df(runs),
+            "forks": forks_df(runs),
+        }
+    return {t: tables[t] for t in TABLES}
+
+
+def build_tables(locations: Sequence[RunLocation | str]) -> dict[str, Any]:
+    """Every table for a chunk of runs, reading each run once; pure (writes nothing).
+
+    Args:
+        locations: ``RunLocation`` values from discovery (or run directory strings).
+
+    Returns:
+        Table name -> ``pyarrow.Table`` with exactly the columns and types of the matching
+        ``*_df`` loader, rows in the order of ``locations`` (``runs`` sorted by ``run_dir``).
+        ``forks`` link rows are resolved within the chunk only (the store resolves them
+        fleet-wide when it reads them).
+
+    >>> t = build_tables(["tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e"])
+    >>> t["events"].num_rows, t["runs"].num_rows, sorted(t) == sorted(TABLES)
+    (50, 1, True)
+    """
+    return {t: df.to_arrow() for t, df in build_frames(read_runs(locations)).items()}
+
+
+# --- the one writer -------------------------------------------------------------------------
+
+def _portable_type(dt: Any) -> Any:
+    import polars as pl
+
+    if isinstance(dt, pl.Datetime):
+        return pl.Datetime("us", dt.time_zone or "UTC")
+    if isinstance(dt, pl.Duration):
+        return pl.Int64  # microseconds
+    if isinstance(dt, (pl.List, pl.Array)):
+        return pl.List(_portable_type(dt.inner))
+    if isinstance(dt, pl.Struct):
+        return pl.Struct({f.name: _portable_type(f.dtype) for f in dt.fields})
+    if dt in (pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64, pl.Int8, pl.Int16, pl.Int32):
+        return pl.Int64
+    if dt == pl.Float32:
+        return pl.Float64
+    if dt in (pl.Categorical, pl.Enum, pl.Null, pl.Object) or isinstance(
+            dt, (pl.Categorical, pl.Enum)):
+        return pl.String
+    return dt
+
+
+def portable(df: Any) -> Any:
+    """Cast every column to a type polars, DuckDB and Spark all read from Parquet."""
+    import polars as pl
+
+    casts = []
+    for name, dt in df.schema.items():
+        want = _portable_type(dt)
+        if isinstance(dt, pl.Duration):
+            casts.append(pl.col(name).dt.total_microseconds().alias(name))
+        elif want != dt:
+            casts.append(pl.col(name).cast(want))
+    return df.with_columns(casts) if casts else df
+
+
+def with_kind(df: Any, kinds: Mapping[str, str]) -> Any:
+    """Add (or fill) the ``kind`` partition column from each row's run."""
+    import polars as pl
+
+    if "kind" in df.columns:
+        return df.with_columns(pl.col("kind").fill_null("unknown"))
+    if "run_dir" not in df.columns:
+        return df.with_columns(pl.lit("unknown").alias("kind"))
+    kmap = pl.DataFrame({"run_dir": list(kinds), "kind": list(kinds.values())},
+                        schema={"run_dir": pl.String, "kind": pl.String})
+    return df.join(kmap, on="run_dir", how="left", maintain_order="left").with_columns(
+        pl.col("kind").fill_null("unknown"))
+
+
+def _plain_arrow(tbl: Any) -> Any:
+    """Arrow view/large types -> the plain ones every Parquet reader maps."""
+    import pyarrow as pa
+
+    def plain(t: Any) -> Any:
+        if pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", lambda _: False)(t):
+            return pa.string()
+        if pa.types.is_large_binary(t) or getattr(pa.types, "is_binary_view", lambda _: False)(t):
+            return pa.binary()
+        if pa.types.is_large_list(t) or pa.types.is_list(t) or getattr(
+                pa.types, "is_list_view", lambda _: False)(t):
+            return pa.list_(plain(t.value_type))
+        if pa.types.is_struct(t):
+            return pa.struct([pa.field(f.name, plain(f.type)) for f in t])
+        return t
+
+    schema = pa.schema([pa.field(f.name, plain(f.type)) for f in tbl.schema])
+    return tbl.cast(schema) if schema != tbl.schema else tbl
+
+
+def file_digest(path: str) -> str:
+    """BLAKE2b of a file's bytes (the store's damage check)."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _kinds_from(tables: Mapping[str, Any]) -> dict[str, str]:
+    runs = tables.get("runs")
+    if runs is None:
+        return {}
+    df = _polars(runs)
+    if not df.height or "kind" not in df.columns:
+        return {}
+    return dict(zip(df["run_dir"].to_list(), df["kind"].fill_null("unknown").to_list(),
+                    strict=True))
+
+
+def _polars(t: Any) -> Any:
+    import polars as pl
+
+    return t if isinstance(t, pl.DataFrame) else pl.from_arrow(t)
+
+
+def write_parts(tables: Mapping[str, Any], out_dir: str | os.PathLike[str], key: str, *,
+                kinds: Mapping[str, str] | None = None, metadata: Mapping[str, str] | None = None,
+                transform: Any = None, keep_empty: bool = False) -> dict[str, Any]:
+    """Write tables as Parquet parts ``OUT/<table>/kind=<kind>/part-<key>.parquet``.
+
+    Args:
+        tables: table name -> ``pyarrow.Table`` or polars DataFrame.
+        out_dir: the dataset folder (created if needed).
+        key: the part name (``[A-Za-z0-9_.-]+``); the same key overwrites the same files.
+        kinds: ``run_dir`` -> run kind for tables without a ``kind`` column (default: from
+            ``tables["runs"]``).
+        metadata: extra key/value metadata stored in every file.
+        transform: optional ``f(table, polars_df) -> polars_df`` applied before writing
+            (``export --redact`` uses it).
+        keep_empty: write one empty file under ``kind=none`` for a table with no rows, so its
+            schema stays readable (``export`` does); by default such a table writes nothing.
+
+    Returns:
+        ``{"key": key, "files": [{"table", "kind", "path", "rows", "bytes", "blake2b"}]}``
+        with ``path`` relative to ``out_dir``.
+    """
+    import pyarrow.parquet as pq
+
+    if not _KEY_RE.match(key):
+        raise ValueError(f"part key must match [A-Za-z0-9_.-]+, not {key!r}")
+    out = os.fspath(out_dir)
+    kinds = dict(kinds) if kinds is not None else _kinds_from(tables)
+    files = []
+    for table, t in tables.items():
+        df = with_kind(portable(_polars(t)), kinds)
+        if transform is not None:
+            df = transform(table, df)
+        if not df.height and not keep_empty:
+            continue
+        meta = {b"rivumi_analysis.schema_version": str(SCHEMA_VERSION).encode(),
+                b"rivumi_analysis.table": table.encode(),
+                b"rivumi_analysis.version": __version__.encode(),
+                **{k.encode(): v.encode() for k, v in (metadata or {}).items()}}
+        groups = (df.partition_by("kind", as_dict=True, maintain_order=True) if df.height
+                  else {("none",): df})
+        for gkey, part in groups.items():
+            kind = str(gkey[0] if isinstance(gkey, tuple) else gkey)
+            rel = os.path.join(table, f"kind={kind}", f"part-{key}.parquet")
+            path = os.path.join(out, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            arrow = _plain_arrow(part.drop("kind").to_arrow())
+            arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), **meta})
+            tmp = os.path.join(os.path.dirname(path), f".part-{key}.parquet.{os.getpid()}.tmp")
+            pq.write_table(arrow, tmp, compression="zstd", coerce_timestamps="us",
+                           allow_truncated_timestamps=False)
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+            files.append({"table": table, "kind": kind, "path": rel, "rows": part.height,
+                          "bytes": os.path.getsize(path), "blake2b": file_digest(path)})
+    return {"key": key, "files": files}

@@ -1,0 +1,548 @@
+"""The incremental Parquet store: a dataset of every table outside the sources, kept fresh.
+
+Layout (the one :mod:`~rivumi_analysis.store.build` writes; ``export`` writes the same)::
+
+    STORE/_store.msgpack                       the manifest (written last, atomically)
+    STORE/.lock                                refreshers take it (flock); readers never do
+    STORE/<table>/kind=<kind>/part-<key>.parquet
+
+The manifest records, per run, the identity of everything it was built from: the audit
+cache's fingerprint of the run folder (device, inode, size, mtime and ctime of every entry,
+the writer lock's content and whether a process holds it, see ``read.cache.fingerprint``) and
+the toolkit's code fingerprint (toolkit, schema and cache versions and the package's own
+files); and, per part file, its size, mtime, inode and BLAKE2b.
+
+Opening the store stats the fleet and re-reads only runs whose fingerprint changed (new,
+grown, rewritten, truncated, replaced by a symlink, lock taken or released), runs that were
+volatile when read (a writer held the lock, the read was not stable, or a file was modified
+within ``read.cache.RACY_SECONDS``), and runs whose part file is damaged. Their rows go to a new
+*delta* part (key ``g<generation>-<n>``); a run's rows are valid only in the part the
+manifest names for it (an overlay: scans of a part that holds superseded runs filter on the
+live ``run_dir`` set). Removed runs leave the manifest. Small parts are compacted from
+Parquet (not from the sources) once they pile up. Files no manifest names are deleted after
+a grace period (a reader may still hold the previous manifest).
+
+Crash safety: parts are new files (fresh keys, temp file + rename), the manifest is
+replaced atomically last, so a refresh killed at any point leaves the previous version
+readable; the next refresh reuses the same generation key and overwrites the leftovers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import stat
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ..errors import StoreError
+from ..read.cache import RACY_SECONDS, code_fingerprint, default_cache_dir, fingerprint
+from ..read.cache import proc_locked_keys as _held_keys
+from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover, normalize_sources
+from .build import TABLES, build_frames, file_digest, read_runs, write_parts
+
+STORE_FORMAT = 1
+"""Layout of the manifest (bump when it changes shape; an old store is rebuilt)."""
+
+MANIFEST = "_store.msgpack"
+LOCK = ".lock"
+PART_RUNS = 1000
+"""At most this many runs per part written by one refresh."""
+COMPACT_MIN_PARTS = 8
+"""Compact when more than this many small parts (< PART_RUNS / 4 live runs) exist."""
+GC_GRACE_SECONDS = 300.0
+"""Unreferenced files younger than this are kept (a reader may hold the old manifest)."""
+LOCK_TIMEOUT_SECONDS = 120.0
+PARALLEL_MIN_RUNS = 64
+"""Below this many runs to re-read, worker processes cost more than they save."""
+
+_PART_RE = re.compile(r"\.?part-g(\d+)-")
+
+ENV_DIR = "RIVUMI_ANALYSIS_STORE_DIR"
+ENV_ENABLE = "RIVUMI_ANALYSIS_STORE"
+_OFF = frozenset({"0", "off", "false", "no"})
+
+
+class StoreWarning(UserWarning):
+    """The store could not be used; the tables were loaded in memory instead."""
+
+
+Hook = Callable[[str], None]
+
+
+def store_enabled(environ: dict[str, str] | None = None) -> bool:
+    """Whether loaders read through the store by default (``$RIVUMI_ANALYSIS_STORE=0`` off).
+
+    >>> store_enabled({}), store_enabled({"RIVUMI_ANALYSIS_STORE": "off"})
+    (True, False)
+    """
+    env = os.environ if environ is None else environ
+    return env.get(ENV_ENABLE, "1").strip().lower() not in _OFF
+
+
+def default_store_root(environ: dict[str, str] | None = None) -> str:
+    """Where stores live: ``$RIVUMI_ANALYSIS_STORE_DIR`` or ``<cache dir>/store``.
+
+    >>> default_store_root({"RIVUMI_ANALYSIS_STORE_DIR": "/s", "HOME": "/h"})
+    '/s'
+    >>> default_store_root({"XDG_CACHE_HOME": "/c", "HOME": "/h"})
+    '/c/rivumi-analysis/store'
+    """
+    env = os.environ if environ is None else environ
+    if env.get(ENV_DIR):
+        return env[ENV_DIR]
+    return os.path.join(default_cache_dir(env), "store")
+
+
+def store_key(tops: Sequence[str], max_depth: int) -> str:
+    """The folder name of the store of some sources (as given and as resolved)."""
+    h = hashlib.blake2b(digest_size=10)
+    for t in tops:
+        h.update(f"{t}\0{os.path.realpath(t)}\0".encode())
+    h.update(str(max_depth).encode())
+    name = os.path.basename(os.path.normpath(tops[0])) if tops else "fleet"
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40] or "fleet"
+    return f"{safe}-{h.hexdigest()}"
+
+
+def _inside(path: str, top: str) -> bool:
+    path, top = os.path.realpath(path), os.path.realpath(top)
+    return path == top or path.startswith(top.rstrip(os.sep) + os.sep)
+
+
+def _code() -> str:
+    """The toolkit's code fingerprint for the store (audit record and table schema versions)."""
+    from ..audit import SCHEMA_VERSION as AUDIT_SCHEMA
+    from .build import SCHEMA_VERSION
+
+    return code_fingerprint(f"audit{AUDIT_SCHEMA}|store{SCHEMA_VERSION}|{STORE_FORMAT}")
+
+
+# --- manifest --------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Manifest:
+    """What the store holds. ``runs``: run_dir -> entry; ``parts``: key -> part."""
+
+    generation: int
+    order: list[str]
+    runs: dict[str, dict[str, Any]]
+    parts: dict[str, dict[str, Any]]
+    sources: list[str]
+    max_depth: int
+
+    def live_runs(self, key: str) -> list[str]:
+        return [r for r in self.parts[key]["runs"] if self.runs.get(r, {}).get("part") == key]
+
+    def files(self, table: str) -> list[tuple[str, dict[str, Any]]]:
+        """``(part key, file entry)`` of every file of ``table``, in part order."""
+        return [(key, f) for key, p in self.parts.items() for f in p["files"]
+                if f["table"] == table]
+
+
+def _encode_manifest(m: Manifest) -> bytes:
+    body = msgspec.msgpack.encode({
+        "format": STORE_FORMAT, "code": _code(), "generation": m.generation,
+        "order": m.order, "runs": m.runs, "parts": m.parts, "sources": m.sources,
+        "max_depth": m.max_depth})
+    return hashlib.blake2b(body, digest_size=16).digest() + body
+
+
+def _decode_manifest(blob: bytes) -> Manifest | None:
+    digest, body = blob[:16], blob[16:]
+    if len(blob) < 17 or hashlib.blake2b(body, digest_size=16).digest() != digest:
+        return None
+    try:
+        d = msgspec.msgpack.decode(body)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(d, dict) or d.get("format") != STORE_FORMAT or d.get(
+            "code") != _code():
+        return None
+    return Manifest(d["generation"], d["order"], d["runs"], d["parts"], d["sources"],
+                    d["max_depth"])
+
+
+# --- the store -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class RefreshStats:
+    """What one refresh did."""
+
+    runs: int
+    reread: int
+    removed: int
+    parts_written: int
+    compacted: bool
+    seconds: float
+
+
+class Store:
+    """A store folder. :meth:`refresh` brings it up to date; :meth:`manifest` reads it.
+
+    Args:
+        directory: the store folder (created on the first refresh).
+        hook: test hook called at each named cut point of a refresh (crash tests).
+    """
+
+    CUT_POINTS = ("lock_taken", "part_written", "compacted", "manifest_temp_written",
+                  "manifest_replaced", "gc_done")
+
+    def __init__(self, directory: str | os.PathLike[str], *, hook: Hook | None = None) -> None:
+        self.directory = os.fspath(directory)
+        self.hook = hook
+        self.last_stats: RefreshStats | None = None
+
+    # reading ------------------------------------------------------------------------------
+
+    def manifest(self) -> Manifest | None:
+        """The current manifest, or None when missing, damaged or from another toolkit."""
+        try:
+            with open(os.path.join(self.directory, MANIFEST), "rb") as fh:
+                return _decode_manifest(fh.read())
+        except OSError:
+            return None
+
+    def path(self, rel: str) -> str:
+        return os.path.join(self.directory, rel)
+
+    def _file_intact(self, f: dict[str, Any], *, deep: bool = False) -> bool:
+        try:
+            st = os.lstat(self.path(f["path"]))
+        except OSError:
+            return False
+        if not stat.S_ISREG(st.st_mode) or st.st_size != f["bytes"] or (
+                st.st_mtime_ns, st.st_ino) != (f["mtime_ns"], f["ino"]):
+            return False
+        return not deep or file_digest(self.path(f["path"])) == f["blake2b"]
+
+    def damaged_parts(self, m: Manifest, *, deep: bool = False) -> set[str]:
+        """Parts with a file that is missing or changed (``deep``: BLAKE2b checked too)."""
+        return {key for key, p in m.parts.items()
+                if not all(self._file_intact(f, deep=deep) for f in p["files"])}
+
+    # refreshing ---------------------------------------------------------------------------
+
+    def _cut(self, point: str) -> None:
+        if self.hook is not None:
+            self.hook(point)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        fd = os.open(self.path(LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            deadline = time.monotonic() + LOCK_TIMEOUT_SECONDS
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise StoreError(
+                            f"store {self.directory} stayed locked for "
+                            f"{LOCK_TIMEOUT_SECONDS:.0f} s", code="store_locked",
+                            hint="another refresh is running (or hung); retry later") from None
+                    time.sleep(0.05)
+            yield
+        finally:
+            os.close(fd)
+
+    def _plan(self, m: Manifest | None, locs: list[RunLocation], fps: dict[str, Any],
+              verify: bool) -> tuple[list[RunLocation], list[str]]:
+        if m is None:
+            return list(locs), []
+        damaged = self.damaged_parts(m, deep=verify)
+        todo = []
+        for loc in locs:
+            e = m.runs.get(loc.run_dir)
+            fp = fps.get(loc.run_dir)
+            if (e is None or fp is None or e["volatile"] or e["fp"] != fp.blob
+                    or e["part"] in damaged or e["part"] not in m.parts
+                    or (e["sub"], e["parent"], e.get("root")) != (
+                        loc.is_subagent, loc.parent_run_dir, loc.source_root)):
+                todo.append(loc)
+        present = {loc.run_dir for loc in locs}
+        removed = [r for r in m.runs if r not in present]
+        return todo, removed
+
+    def refresh(self, locations: Sequence[RunLocation], *, sources: Sequence[str] = (),
+                max_depth: int = DEFAULT_MAX_DEPTH, verify: bool = False,
+                compact: bool = False, jobs: int | None = None) -> Manifest:
+        """Bring the store up to date with ``locations`` (the discovered fleet).
+
+        Reads only what changed (see the module docstring); takes the lock only to write.
+        ``verify`` also checks every part file's BLAKE2b (not only its size and mtime).
+        ``compact`` also rewrites every part holding superseded rows, so the files hold
+        exactly the live rows (for tools that read them directly, e.g. DuckDB).
+        """
+        t0 = time.perf_counter()
+        locs = list(locations)
+        order = [loc.run_dir for loc in locs]
+        held = _held_keys()
+        fps = {loc.run_dir: fingerprint(loc.run_dir, held) for loc in locs}
+        m = self.manifest()
+        todo, removed = self._plan(m, locs, fps, verify)
+        if (m is not None and not todo and not removed and m.order == order
+                and not (compact and _dirty(m))):
+            self.last_stats = RefreshStats(len(locs), 0, 0, 0, False,
+                                           time.perf_counter() - t0)
+            return m
+        with self._locked():
+            self._cut("lock_taken")
+            m = self.manifest()  # another refresher may have done the work meanwhile
+            todo, removed = self._plan(m, locs, fps, verify)
+            if (m is not None and not todo and not removed and m.order == order
+                    and not (compact and _dirty(m))):
+                self.last_stats = RefreshStats(len(locs), 0, 0, 0, False,
+                                               time.perf_counter() - t0)
+                return m
+            gen = (m.generation if m is not None else self._newest_generation()) + 1
+            runs = dict(m.runs) if m is not None else {}
+            parts = dict(m.parts) if m is not None else {}
+            for r in removed:
+                runs.pop(r, None)
+            written = 0
+            for key, part, entries in self._write_chunks(gen, todo, fps, jobs):
+                parts[key] = part
+                runs.update(entries)
+                written += 1
+                self._cut("part_written")
+            new = Manifest(gen, order, runs, parts, list(sources), max_depth)
+            self._drop_dead_parts(new)
+            compacted = self._maybe_compact(new, force=compact)
+            if compacted:
+                self._cut("compacted")
+            self._write_manifest(new)
+            self._gc(new)
+            self._cut("gc_done")
+        self.last_stats = RefreshStats(len(locs), len(todo), len(removed), written, compacted,
+                                       time.perf_counter() - t0)
+        return new
+
+    def _newest_generation(self) -> int:
+        """The newest generation any part file on disk has (used without a valid manifest:
+        an old toolkit's reader may still read the files its manifest names, so a rebuild
+        never reuses their names)."""
+        newest = 0
+        for table in TABLES:
+            for _dirpath, _dirs, names in os.walk(self.path(table)):
+                for name in names:
+                    m = _PART_RE.match(name)
+                    if m:
+                        newest = max(newest, int(m.group(1)))
+        return newest
+
+    def _write_chunks(self, gen: int, todo: list[RunLocation], fps: dict[str, Any],
+                      jobs: int | None) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+        """Read and write the runs to re-read, a part per :data:`PART_RUNS` runs; several
+        parts are built in worker processes (each reads its runs once and writes its part).
+        Workers are spawned, never forked: polars' thread pool may hold a lock at fork time."""
+        import multiprocessing as mp
+
+        from ..read.cache import default_jobs
+
+        size = PART_RUNS
+        n_jobs = default_jobs() if jobs is None else max(1, jobs)
+        if n_jobs > 1 and len(todo) > PARALLEL_MIN_RUNS:
+            size = min(PART_RUNS, max(PARALLEL_MIN_RUNS // 2, -(-len(todo) // n_jobs)))
+        chunks = [(f"g{gen:07d}-{i // size:04d}", todo[i:i + size])
+                  for i in range(0, len(todo), size)]
+        args = [(self.directory, key, chunk, {loc.run_dir: fps.get(loc.run_dir)
+                                              for loc in chunk}) for key, chunk in chunks]
+        if n_jobs > 1 and len(chunks) > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(max_workers=min(n_jobs, len(chunks)),
+                                     mp_context=mp.get_context("spawn")) as ex:
+                futs = [ex.submit(_chunk_job, *a) for a in args]
+                for (key, _chunk), fut in zip(chunks, futs, strict=True):
+                    part, entries = fut.result()
+                    yield key, self._stamped(part), entries
+        else:
+            for (key, _chunk), a in zip(chunks, args, strict=True):
+                part, entries = _chunk_job(*a)
+                yield key, self._stamped(part), entries
+
+    def _stamped(self, part: dict[str, Any]) -> dict[str, Any]:
+        return {**part, "files": [self._stamp(f) for f in part["files"]]}
+
+    def _stamp(self, f: dict[str, Any]) -> dict[str, Any]:
+        st = os.stat(self.path(f["path"]))
+        return {**f, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+
+    def _drop_dead_parts(self, m: Manifest) -> None:
+        for key in [k for k in m.parts if not m.live_runs(k)]:
+            del m.parts[key]
+
+    def _maybe_compact(self, m: Manifest, *, force: bool = False) -> bool:
+        """Merge small parts into one (from their Parquet rows) once they pile up;
+        ``force``: also every part with superseded rows."""
+        small = [k for k in m.parts if len(m.live_runs(k)) < PART_RUNS // 4]
+        if force:
+            small = [k for k in m.parts if k in small or _dirty_part(m, k)]
+            if len(small) < 2 and not any(_dirty_part(m, k) for k in small):
+                return False
+        elif len(small) <= COMPACT_MIN_PARTS:
+            return False
+        from .read import read_parts
+
+        key = f"g{m.generation:07d}-c"
+        live = [r for k in small for r in m.live_runs(k)]
+        frames = {t: read_parts(self, m, t, parts=small) for t in TABLES}
+        kinds = {r: m.runs[r]["kind"] for r in live}
+        out = write_parts(frames, self.directory, key, kinds=kinds)
+        for k in small:
+            del m.parts[k]
+        for r in live:
+            m.runs[r] = {**m.runs[r], "part": key}
+        m.parts[key] = {"runs": live, "files": [self._stamp(f) for f in out["files"]]}
+        return True
+
+    def _write_manifest(self, m: Manifest) -> None:
+        blob = _encode_manifest(m)
+        tmp = self.path(f".{MANIFEST}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(blob)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._cut("manifest_temp_written")
+        os.replace(tmp, self.path(MANIFEST))
+        with contextlib.suppress(OSError):
+            dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        self._cut("manifest_replaced")
+
+    def _gc(self, m: Manifest, grace: float = GC_GRACE_SECONDS) -> int:
+        """Delete files no manifest names (older than ``grace``); return how many."""
+        keep = {f["path"] for p in m.parts.values() for f in p["files"]}
+        cutoff = time.time() - grace
+        n = 0
+        for table in TABLES:
+            top = self.path(table)
+            for dirpath, _dirs, names in os.walk(top):
+                for name in names:
+                    p = os.path.join(dirpath, name)
+                    rel = os.path.relpath(p, self.directory)
+                    if rel in keep:
+                        continue
+                    with contextlib.suppress(OSError):
+                        if os.lstat(p).st_mtime < cutoff:
+                            os.unlink(p)
+                            n += 1
+        for name in os.listdir(self.directory):
+            if name.startswith(f".{MANIFEST}.") and name.endswith(".tmp"):
+                p = self.path(name)
+                with contextlib.suppress(OSError):
+                    if os.lstat(p).st_mtime < cutoff:
+                        os.unlink(p)
+                        n += 1
+        return n
+
+
+def _dirty_part(m: Manifest, key: str) -> bool:
+    return len(m.live_runs(key)) != len(m.parts[key]["runs"])
+
+
+def _dirty(m: Manifest) -> bool:
+    return any(_dirty_part(m, k) for k in m.parts)
+
+
+def _chunk_job(directory: str, key: str, chunk: list[RunLocation],
+               fps: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Read some runs once, write their part; return the part and the runs' entries."""
+    data = read_runs(chunk)
+    frames = build_frames(data)
+    held = _held_keys()
+    racy = time.time_ns() - int(RACY_SECONDS * 1e9)
+    kinds: dict[str, str] = {}
+    entries: dict[str, Any] = {}
+    for loc, run in zip(chunk, data, strict=True):
+        fp = fps.get(loc.run_dir)
+        after = fingerprint(loc.run_dir, held)
+        volatile = (fp is None or after is None or after.blob != fp.blob
+                    or run.writer_active or run.live_changed or after.newest_mtime_ns > racy)
+        kinds[loc.run_dir] = run.kind or "unknown"
+        entries[loc.run_dir] = {"sub": loc.is_subagent, "parent": loc.parent_run_dir,
+                                "root": loc.source_root,
+                                "fp": fp.blob if fp is not None else None, "part": key,
+                                "volatile": volatile, "kind": run.kind or "unknown",
+                                "writer_active": run.writer_active}
+    del data
+    out = write_parts(frames, directory, key, kinds=kinds)
+    return {"runs": [loc.run_dir for loc in chunk], "files": out["files"]}, entries
+
+
+# --- opening a store for a source -------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """A fresh store and the manifest the caller should read (a consistent snapshot)."""
+
+    store: Store
+    manifest: Manifest
+
+
+def resolve_store_dir(source: Source | None, store_dir: str | os.PathLike[str] | None,
+                      max_depth: int) -> tuple[str, list[str]]:
+    """The store folder for ``source`` and the source paths; refuses one inside a source."""
+    tops, _root = normalize_sources(source)
+    d = (os.fspath(store_dir) if store_dir is not None
+         else os.path.join(default_store_root(), store_key(tops, max_depth)))
+    for t in tops:
+        if _inside(d, t) or (os.path.isdir(t) and _inside(t, d)):
+            raise StoreError(f"the store {d} would be inside (or contain) the source {t}",
+                             code="store_inside_source", where=d,
+                             hint="choose a store directory outside every run folder")
+    return d, tops
+
+
+def open_store(source: Source | None = None, *, store_dir: str | os.PathLike[str] | None = None,
+               max_depth: int = DEFAULT_MAX_DEPTH, verify: bool = False,
+               compact: bool = False, hook: Hook | None = None) -> Opened:
+    """Discover ``source``, refresh its store and return it with the fresh manifest.
+
+    Raises:
+        SourceError: as the loaders do (missing source, regular file, no default root).
+        StoreError: the store cannot be used (not writable, inside a source, locked).
+    """
+    d, tops = resolve_store_dir(source, store_dir, max_depth)
+    found = discover(source, max_depth=max_depth)
+    store = Store(d, hook=hook)
+    try:
+        m = store.refresh(found.runs, sources=tops, max_depth=max_depth, verify=verify,
+                          compact=compact)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
+                         errno.ENOTDIR, errno.EEXIST):
+            raise StoreError(f"the store {d} is not writable: {exc.strerror}",
+                             code="store_unwritable", where=d,
+                             hint="pass store_dir= / --store DIR, or set "
+                                  f"${ENV_DIR}; ${ENV_ENABLE}=0 turns the store off") from exc
+        raise
+    return Opened(store, m)
+
+
+def remove_store(directory: str) -> None:
+    """Delete a store folder (only one that holds a store manifest or nothing)."""
+    if os.path.isdir(directory) and (os.path.exists(os.path.join(directory, MANIFEST))
+                                     or not os.listdir(directory)):
+        shutil.rmtree(directory)
+
+
+def warn_fallback(exc: BaseException) -> None:
+    warnings.warn(f"{exc}; loading in memory instead of through the store", StoreWarning,
+                  stacklevel=3)

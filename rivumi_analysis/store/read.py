@@ -1,0 +1,124 @@
+"""Reading the store: lazy scans with pushdown, and eager tables equal to a cold load."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import polars as pl
+
+from .build import empty_tables
+
+_SCHEMAS: dict[str, dict[str, pl.DataType]] = {}
+
+
+def table_schema(table: str) -> dict[str, pl.DataType]:
+    """The exact polars schema of a table's ``*_df`` loader."""
+    if not _SCHEMAS:
+        _SCHEMAS.update({t: dict(df.schema) for t, df in empty_tables().items()})
+    return _SCHEMAS[table]
+
+
+def _file_scan(path: str, kind: str, schema: dict[str, pl.DataType],
+               live: list[str] | None) -> pl.LazyFrame:
+    lf = pl.scan_parquet(path, hive_partitioning=False)
+    if live is not None:  # a part some of whose runs were superseded by a later part
+        lf = lf.filter(pl.col("run_dir").is_in(live))
+    cols = []
+    file_schema = pl.read_parquet_schema(path)
+    for name, dt in schema.items():
+        if name == "kind" and name not in file_schema:
+            cols.append(pl.lit(kind, dtype=dt).alias(name))
+        elif file_schema.get(name) == dt:
+            cols.append(pl.col(name))
+        else:
+            cols.append(pl.col(name).cast(dt))
+    return lf.select(cols)
+
+
+def read_parts(store: Any, m: Any, table: str, *, parts: list[str] | None = None,
+               lazy: bool = False) -> Any:
+    """The rows of ``table`` held by the live runs of some parts (default: all parts)."""
+    schema = table_schema(table)
+    wanted = set(parts) if parts is not None else None
+    scans = []
+    live_cache: dict[str, list[str] | None] = {}
+    for key, f in m.files(table):
+        if wanted is not None and key not in wanted:
+            continue
+        if key not in live_cache:
+            live = m.live_runs(key)
+            live_cache[key] = None if len(live) == len(m.parts[key]["runs"]) else live
+        scans.append(_file_scan(os.path.join(store.directory, f["path"]), f["kind"], schema,
+                                live_cache[key]))
+    if not scans:
+        lf = pl.LazyFrame(schema=schema)
+    else:
+        lf = pl.concat(scans, how="vertical") if len(scans) > 1 else scans[0]
+    if table == "forks":
+        lf = resolve_fork_links(lf, store, m)
+    return lf if lazy else lf.collect()
+
+
+def ordered(df: pl.DataFrame, table: str, m: Any) -> pl.DataFrame:
+    """Rows in the order a cold load gives them (discovery order; ``runs`` by ``run_dir``)."""
+    if not df.height:
+        return df
+    if table == "runs":
+        return df.sort("run_dir", maintain_order=True)
+    rank = {r: i for i, r in enumerate(m.order)}
+    idx = df.get_column("run_dir").replace_strict(rank, return_dtype=pl.UInt32)
+    if idx.is_sorted():
+        return df
+    return df.with_columns(idx.alias("__order")).sort("__order", maintain_order=True).drop(
+        "__order")
+
+
+def resolve_fork_links(lf: pl.LazyFrame, store: Any, m: Any) -> pl.LazyFrame:
+    """Fill the fork links' source columns fleet-wide (parts resolve them per chunk only).
+
+    The rule is ``forks_df``'s: the source is the first non-external run (discovery order)
+    whose folder name is the link's ``source_run_id``; the fork point matches when exactly
+    one source event has the fork-point sequence, with the fork-point event type, and the
+    source has ``events_included`` events up to it.
+    """
+    links = lf.filter(pl.col("row_kind") == "fork_link").select(
+        "run_dir", "source_run_id", "fork_point_sequence", "fork_point_event_type",
+        "events_included").collect()
+    if not links.height:
+        return lf
+    by_name: dict[str, str] = {}
+    for r in m.order:
+        if m.runs.get(r, {}).get("kind") != "external":
+            by_name.setdefault(os.path.basename(os.path.normpath(r)), r)
+    src_dirs = {by_name[s] for s in links["source_run_id"].to_list() if s in by_name}
+    ev = (read_parts(store, m, "events", lazy=True)
+          .filter(pl.col("run_dir").is_in(sorted(src_dirs)))
+          .select("run_dir", "sequence", "event_type").collect()) if src_dirs else None
+    rows = []
+    for link in links.iter_rows(named=True):
+        src = by_name.get(link["source_run_id"]) if link["source_run_id"] else None
+        n = link["fork_point_sequence"]
+        matches = None
+        if src is not None and n is not None and ev is not None:
+            mine = ev.filter(pl.col("run_dir") == src)
+            at = mine.filter(pl.col("sequence") == n)
+            matches = (at.height == 1 and at["event_type"][0] == link["fork_point_event_type"]
+                       and mine.filter(pl.col("sequence") <= n).height
+                       == link["events_included"])
+        rows.append({"run_dir": link["run_dir"], "row_kind": "fork_link",
+                     "__src": src, "__found": src is not None, "__matches": matches})
+    fix = pl.LazyFrame(rows, schema={"run_dir": pl.String, "row_kind": pl.String,
+                                     "__src": pl.String, "__found": pl.Boolean,
+                                     "__matches": pl.Boolean})
+    cols = lf.collect_schema().names()
+    is_link = pl.col("row_kind") == "fork_link"
+    return (lf.join(fix, on=["run_dir", "row_kind"], how="left", maintain_order="left")
+            .with_columns(
+                pl.when(is_link).then(pl.col("__src")).otherwise(pl.col("source_run_dir"))
+                .alias("source_run_dir"),
+                pl.when(is_link).then(pl.col("__found")).otherwise(pl.col("source_found"))
+                .alias("source_found"),
+                pl.when(is_link).then(pl.col("__matches"))
+                .otherwise(pl.col("fork_point_matches")).alias("fork_point_matches"))
+            .select(cols))

@@ -1,0 +1,293 @@
+"""The Parquet store: warm equals cold after every kind of change, damage, fallback, scans."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import rivumi_analysis as ra
+from rivumi_analysis.errors import StoreError
+from rivumi_analysis.store.core import MANIFEST, Store, StoreWarning, open_store
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_runs"
+TABLES = ra._TABLES
+OLD = time.time() - 3600
+
+
+def _age(top: Path) -> None:
+    """Files written by a test are 'racy' (modified just now); age them like a settled fleet."""
+    for dirpath, dirs, files in os.walk(top):
+        for n in dirs + files:
+            os.utime(os.path.join(dirpath, n), (OLD, OLD), follow_symlinks=False)
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Path:
+    src = tmp_path / "fleet"
+    for group in ("completed", "forks", "crashes", "bad_input", "external"):
+        shutil.copytree(SAMPLES / group, src / group, symlinks=True)
+    _age(src)
+    return src
+
+
+def assert_warm_equals_cold(src: Path, store: Path) -> None:
+    for t in TABLES:
+        load = getattr(ra, f"{t}_df")
+        assert_frame_equal(load(str(src), store_dir=store), load(str(src), cache=False)), t
+
+
+def _runs(src: Path, group: str) -> list[Path]:
+    return sorted(p for p in (src / group).iterdir() if p.is_dir())
+
+
+def test_warm_equals_cold_after_every_kind_of_change(fleet: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    assert_warm_equals_cold(fleet, store)
+    st = Store(store)
+    n_runs = len(st.manifest().order)
+    # nothing changed: nothing re-read, nothing written
+    m0 = st.manifest()
+    opened = open_store(str(fleet), store_dir=store)
+    assert opened.store.last_stats.reread == 0 and opened.manifest.generation == m0.generation
+
+    a, b, c, d, e = _runs(fleet, "completed")[:5]
+    # append one line to a log
+    with open(a / "events.jsonl", "ab") as fh:
+        fh.write(b'{"sequence": 999, "type": "note", "data": {}}\n')
+    assert_warm_equals_cold(fleet, store)
+    assert Store(store).last_stats is None  # stats live on the instance that refreshed
+    opened = open_store(str(fleet), store_dir=store)
+    # the appended run is racy (modified now) and re-read on every open until it settles
+    assert opened.store.last_stats.reread <= 1
+    # rewrite in place: same size, old mtime restored (ctime still tells)
+    data = (b / "events.jsonl").read_bytes()
+    (b / "events.jsonl").write_bytes(data.replace(b'"sequence":1,', b'"sequence":7,', 1))
+    os.utime(b / "events.jsonl", (OLD, OLD))
+    assert_warm_equals_cold(fleet, store)
+    # truncate
+    with open(c / "events.jsonl", "r+b") as fh:
+        fh.truncate(len(data) // 3)
+    assert_warm_equals_cold(fleet, store)
+    # delete a run
+    shutil.rmtree(d)
+    assert_warm_equals_cold(fleet, store)
+    # add a run
+    shutil.copytree(SAMPLES / "completed" / e.name, fleet / "completed" / "zz-new-run")
+    assert_warm_equals_cold(fleet, store)
+    # replace a file by a symlink
+    (e / "session.json").unlink()
+    os.symlink(a / "session.json", e / "session.json")
+    assert_warm_equals_cold(fleet, store)
+    m = Store(store).manifest()
+    assert len(m.order) == n_runs and d.as_posix() not in m.runs
+    # the writer lock taken, then released
+    lock = a / ".writer.lock"
+    lock.write_text("pid=1 token=abc\n")
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert_warm_equals_cold(fleet, store)
+        assert Store(store).manifest().runs[str(a)]["writer_active"] is True
+        assert "writer_active" in ra.runs_df(str(fleet), store_dir=store).filter(
+            pl.col("run_dir") == str(a))["warnings"].to_list()[0]
+    finally:
+        os.close(fd)
+    assert_warm_equals_cold(fleet, store)
+    assert Store(store).manifest().runs[str(a)]["writer_active"] is False
+
+
+def test_scans_push_down_and_match_the_table(fleet: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    lf = ra.scan_events(str(fleet), store_dir=store)
+    assert isinstance(lf, pl.LazyFrame)
+    q = lf.filter(pl.col("event_type") == "tool.completed").select("run_dir", "sequence")
+    plan = q.explain()
+    assert "tool.completed" in plan and "PROJECT" in plan.upper()
+    got = q.collect().sort("run_dir", "sequence")
+    want = ra.events_df(str(fleet), cache=False).filter(
+        pl.col("event_type") == "tool.completed").select("run_dir", "sequence").sort(
+        "run_dir", "sequence")
+    assert got.height > 0
+    assert_frame_equal(got, want)
+    for t in TABLES:
+        scanned = getattr(ra, f"scan_{t}")(str(fleet), store_dir=store).collect()
+        assert scanned.schema == getattr(ra, f"{t}_df")(str(fleet), cache=False).schema, t
+
+
+def test_superseded_rows_never_show_and_compaction_keeps_tables(fleet: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    import rivumi_analysis.store.core as core
+
+    monkeypatch.setattr(core, "COMPACT_MIN_PARTS", 2)
+    store = tmp_path / "store"
+    ra.events_df(str(fleet), store_dir=store)
+    runs = _runs(fleet, "completed")
+    for i, run in enumerate(runs[:4]):  # four refreshes, each leaving a small delta part
+        with open(run / "events.jsonl", "ab") as fh:
+            fh.write(b'{"bad json %d\n' % i)
+        _age(run)
+        ra.events_df(str(fleet), store_dir=store)
+    m = Store(store).manifest()
+    assert len(m.parts) <= 3  # the small parts were merged
+    assert all(m.live_runs(k) for k in m.parts)
+    assert_warm_equals_cold(fleet, store)
+    n = ra.scan_events(str(fleet), store_dir=store).select(pl.len()).collect().item()
+    assert n == ra.events_df(str(fleet), cache=False).height
+
+
+def test_damaged_part_is_detected_and_rebuilt(fleet: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    cold = ra.events_df(str(fleet), cache=False)
+    ra.events_df(str(fleet), store_dir=store)
+    m = Store(store).manifest()
+    f = next(f for _k, f in m.files("events"))
+    path = store / f["path"]
+    st = path.stat()
+    blob = bytearray(path.read_bytes())
+    blob[len(blob) // 2: len(blob) // 2 + 64] = b"\0" * 64
+    path.write_bytes(bytes(blob))
+    assert_frame_equal(ra.events_df(str(fleet), store_dir=store), cold)
+    # damage that keeps size and mtime (and so passes the cheap check) is caught on read
+    ra.events_df(str(fleet), store_dir=store)
+    m = Store(store).manifest()
+    f = next(f for _k, f in m.files("events"))
+    path = store / f["path"]
+    st = path.stat()
+    blob = bytearray(path.read_bytes())
+    blob[8:4000] = os.urandom(3992)
+    path.write_bytes(bytes(blob))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert Store(store).damaged_parts(Store(store).manifest(), deep=True)
+    assert_frame_equal(ra.events_df(str(fleet), store_dir=store), cold)
+    assert not Store(store).damaged_parts(Store(store).manifest(), deep=True)
+    # a damaged manifest: the store is rebuilt
+    (store / MANIFEST).write_bytes(b"garbage")
+    assert_frame_equal(ra.events_df(str(fleet), store_dir=store), cold)
+    assert Store(store).manifest() is not None
+
+
+def test_unwritable_store_warns_and_loads_in_memory(fleet: Path, tmp_path: Path) -> None:
+    cold = ra.events_df(str(fleet), cache=False)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.warns(StoreWarning, match="not writable"):
+        df = ra.events_df(str(fleet), store_dir=blocker / "store")
+    assert_frame_equal(df, cold)
+    # a read-only directory (as an unprivileged user: root may write anywhere)
+    import subprocess
+    import sys
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="rivumi-ro-"))
+    try:
+        shutil.copytree(fleet, top / "fleet", symlinks=True)
+        (top / "ro").mkdir()
+        for dirpath, _dirs, _files in os.walk(top):
+            os.chmod(dirpath, 0o755)
+        os.chmod(top / "ro", 0o555)
+        code = (
+            "import os, warnings, rivumi_analysis as ra\n"
+            # import everything first: the interpreter may live where nobody cannot read
+            f"ra.events_df({str(fleet)!r}, store_dir={str(tmp_path / 'warm')!r})\n"
+            "if os.geteuid() == 0: os.setgid(65534); os.setuid(65534)\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            f"    df = ra.events_df({str(top / 'fleet')!r}, store_dir={str(top / 'ro' / 's')!r})\n"
+            "print(df.height, [str(x.message) for x in w])\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120, cwd=str(ROOT))
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith(f"{cold.height} ") and "not writable" in out.stdout
+        assert not (top / "ro" / "s").exists()
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_store_never_inside_the_sources(fleet: Path) -> None:
+    with pytest.raises(StoreError, match="inside"):
+        open_store(str(fleet), store_dir=fleet / "completed" / "store")
+    with pytest.warns(StoreWarning):
+        df = ra.runs_df(str(fleet), store_dir=fleet / "store")
+    assert df.height == ra.runs_df(str(fleet), cache=False).height
+    assert not (fleet / "store").exists()
+
+
+def test_strict_and_cache_off(fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                              ) -> None:
+    store = tmp_path / "store"
+    with pytest.raises(ra.errors.QuarantineError) as warm:
+        ra.events_df(str(fleet), strict=True, store_dir=store)
+    with pytest.raises(ra.errors.QuarantineError) as cold:
+        ra.events_df(str(fleet), strict=True, cache=False)
+    assert_frame_equal(warm.value.quarantine, cold.value.quarantine)
+    monkeypatch.setenv("RIVUMI_ANALYSIS_STORE", "0")
+    other = tmp_path / "other"
+    ra.events_df(str(fleet), store_dir=other)
+    assert not other.exists()
+    with pytest.raises(ra.errors.SourceError):
+        ra.events_df(str(tmp_path / "missing"), cache=True, store_dir=other)
+
+
+def test_toolkit_change_rebuilds_without_reusing_file_names(fleet: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    import rivumi_analysis.store.core as core
+
+    store = tmp_path / "store"
+    ra.events_df(str(fleet), store_dir=store)
+    old_files = {p: p.read_bytes() for p in store.rglob("*.parquet")}
+    monkeypatch.setattr(core, "code_fingerprint", lambda _version: "another toolkit")
+    assert Store(store).manifest() is None  # written by another toolkit: not trusted
+    assert_frame_equal(ra.events_df(str(fleet), store_dir=store),
+                       ra.events_df(str(fleet), cache=False))
+    m = Store(store).manifest()
+    assert m is not None and m.generation == 2
+    # a reader of the old manifest can still read the files it names
+    assert all(p.read_bytes() == b for p, b in old_files.items())
+
+
+def test_compact_leaves_exactly_the_live_rows_for_duckdb(fleet: Path, tmp_path: Path) -> None:
+    import duckdb
+
+    from rivumi_analysis.cli import main
+
+    store = tmp_path / "store"
+    ra.events_df(str(fleet), store_dir=store)
+    run = _runs(fleet, "completed")[0]
+    with open(run / "events.jsonl", "ab") as fh:
+        fh.write(b'{"x": 1}\n')
+    _age(run)
+    ra.events_df(str(fleet), store_dir=store)
+    files = f"read_parquet('{store}/events/*/*.parquet', hive_partitioning=true)"
+    cold = ra.events_df(str(fleet), cache=False)
+    n = duckdb.connect().execute(f"SELECT count(*) FROM {files}").fetchone()[0]
+    assert n > cold.height  # the re-read run's old rows are still in the base part
+    assert main(["store", str(fleet), "--store", str(store), "--compact"]) == 0
+    Store(store)._gc(Store(store).manifest(), grace=0)
+    n = duckdb.connect().execute(f"SELECT count(*) FROM {files}").fetchone()[0]
+    assert n == cold.height
+    assert_frame_equal(ra.events_df(str(fleet), store_dir=store), cold)
+
+
+def test_parallel_first_build_equals_cold(fleet: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import rivumi_analysis.store.core as core
+    from rivumi_analysis.read.discovery import discover
+    from rivumi_analysis.store.read import ordered, read_parts
+
+    monkeypatch.setattr(core, "PARALLEL_MIN_RUNS", 4)
+    st = Store(tmp_path / "store")
+    m = st.refresh(discover(str(fleet)).runs, sources=[str(fleet)], jobs=2)
+    assert len(m.parts) >= 2 and st.last_stats.parts_written == len(m.parts)
+    for t in TABLES:
+        assert_frame_equal(ordered(read_parts(st, m, t), t, m),
+                           getattr(ra, f"{t}_df")(str(fleet), cache=False)), t

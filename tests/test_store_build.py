@@ -1,0 +1,73 @@
+"""The shared primitive: build_tables equals the loaders, write_parts is deterministic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+from polars.testing import assert_frame_equal
+
+from rivumi_analysis import (
+    approvals_df,
+    drift_df,
+    events_df,
+    forks_df,
+    manifests_df,
+    model_calls_df,
+    quarantine_df,
+    runs_df,
+    states_df,
+    tool_calls_df,
+    usage_df,
+    verifications_df,
+)
+from rivumi_analysis.read.discovery import discover
+from rivumi_analysis.store import TABLES, build_tables, write_parts
+from rivumi_analysis.store.build import empty_tables
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_runs"
+LOADERS = {"runs": runs_df, "events": events_df, "quarantine": quarantine_df,
+           "manifests": manifests_df, "tool_calls": tool_calls_df, "approvals": approvals_df,
+           "model_calls": model_calls_df, "usage": usage_df, "verifications": verifications_df,
+           "states": states_df, "drift": drift_df, "forks": forks_df}
+
+
+def test_build_tables_equals_every_loader() -> None:
+    locs = discover(str(SAMPLES)).runs
+    tables = build_tables(locs)
+    assert tuple(tables) == TABLES == tuple(LOADERS)
+    for name, loader in LOADERS.items():
+        cold = loader(str(SAMPLES), cache=False)
+        assert cold.height > 0 or name == "quarantine", name
+        assert_frame_equal(pl.from_arrow(tables[name]), cold, check_dtypes=True), name
+
+
+def test_empty_chunk_has_every_schema() -> None:
+    tables = build_tables([])
+    full = build_tables(discover(str(SAMPLES)).runs)
+    for name in TABLES:
+        assert tables[name].num_rows == 0
+        assert pl.from_arrow(tables[name]).schema == pl.from_arrow(full[name]).schema, name
+    assert set(empty_tables()) == set(TABLES)
+
+
+def test_write_parts_layout_and_retry_overwrites(tmp_path: Path) -> None:
+    locs = discover(str(SAMPLES)).runs
+    tables = build_tables(locs[:4])
+    first = write_parts(tables, tmp_path, "c0")
+    again = write_parts(tables, tmp_path, "c0")  # a retried task
+    assert [f["path"] for f in first["files"]] == [f["path"] for f in again["files"]]
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.parquet"))
+    assert files == sorted(f["path"] for f in first["files"])
+    assert all(p.split("/")[1].startswith("kind=") and p.endswith("part-c0.parquet")
+               for p in files)
+    assert not list(tmp_path.rglob("*.tmp"))
+    ev = pl.read_parquet(tmp_path / "events" / "**" / "*.parquet", hive_partitioning=True)
+    assert ev.height == tables["events"].num_rows
+    meta = pq.read_schema(tmp_path / first["files"][0]["path"]).metadata
+    assert meta[b"rivumi_analysis.table"] == first["files"][0]["table"].encode()
+    write_parts(build_tables(locs[4:]), tmp_path, "c1")
+    both = pl.read_parquet(tmp_path / "events" / "**" / "*.parquet", hive_partitioning=True)
+    assert both.height == sum(build_tables([loc])["events"].num_rows for loc in locs)
