@@ -26,7 +26,8 @@ class FileRead:
     """Outcome of reading one file.
 
     Attributes:
-        status: ``ok``, ``missing``, ``symlink``, ``not_regular``, ``unreadable`` or ``too_large``.
+        status: ``ok``, ``missing``, ``symlink``, ``not_regular``, ``unreadable``, ``too_large``
+            or ``not_read`` (a table loader that needs no byte of the file skipped it).
         data: the bytes when ``status == "ok"``.
         size: size in bytes from ``lstat``/``fstat`` (None when missing).
         identity: ``(size, mtime_ns, inode, device)`` of the file read, for change detection.

@@ -47,16 +47,18 @@ def validate(df: pl.DataFrame, model: type[pa.DataFrameModel]) -> pl.DataFrame:
 
 
 def load(source: Source | None, *, strict: bool, max_depth: int,
-         builder: Callable[[Iterable[RunData]], pl.DataFrame]) -> pl.DataFrame:
+         builder: Callable[[Iterable[RunData]], pl.DataFrame],
+         columnar: bool = False) -> pl.DataFrame:
     """The one loader flow: discover, read, build the table, check strictness.
 
     Runs are read one at a time and dropped once their rows are built, so memory follows
     the table, not the parsed fleet; the quarantined runs are kept for a strict error.
+    ``columnar``: the builder takes runs read for columns (``RunData.fast``).
     """
     quarantined: list[RunData] = []
 
     def runs() -> Iterator[RunData]:
-        for run in stream_runs(source, max_depth=max_depth):
+        for run in stream_runs(source, max_depth=max_depth, columnar=columnar):
             if run.quarantined:
                 quarantined.append(run)
             yield run

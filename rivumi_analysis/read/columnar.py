@@ -1,0 +1,320 @@
+"""The columnar fast path: one ``events.jsonl`` to Arrow columns in a few C-level passes.
+
+The unit of work is a file. :func:`scan` decides with whole-buffer checks whether the exact
+per-line reading (``_snapshot._decode_events``, the reference and the oracle in tests) would
+give a result that is provable without per-line Python work, and if so produces the columns
+directly. A file is on the fast path only when all of these hold (each is one C-level pass or
+a vectorised expression over a column):
+
+- it is not empty and ends with ``\\n`` (no torn tail);
+- no raw NEL (``C2 85``), U+2028 or U+2029 (the ``str.splitlines()`` separators that are legal
+  inside JSON strings), no BOM anywhere, no ``\\uD800``–``\\uDFFF`` escape (conservative: any
+  spelling) and no ``\\u0000`` (the exclusions of the fidelity list,
+  ``/work/notes/fast-path-exclusions.md``, are all covered here or below);
+- every line decodes as a **strict** RunEvent envelope (:class:`Envelope`: the seven keys, no
+  other key, exact types, ``sequence >= 0``, non-empty ``event_type``/``run_id``, ``data`` an
+  object). msgspec's strict mode refuses ``"5"``, ``5.0`` and ``true`` for an int, ``NaN`` and
+  ``Infinity`` anywhere, raw control characters (``\\r``, ``\\v``, ``\\f``, ``\\x1c``–``\\x1e``
+  inside strings), lone surrogates, and anything that is not JSON;
+- re-encoding the envelopes gives back **the file, byte for byte**: so each line is exactly one
+  object in the runner's canonical layout (sorted keys, compact separators, no whitespace,
+  no blank line, no BOM, no duplicate top-level key, canonical string escapes);
+- re-encoding every decoded ``data`` object gives back its exact text: no duplicate key at
+  any depth (a repeated key would be dropped and the bytes would differ), no whitespace
+  (so no ``\\r``), numbers in canonical form, valid UTF-8 in every string;
+- ``event_type``, ``run_id``, ``event_id`` and ``task_id`` are printable ASCII without spaces
+  (nothing replay's stripping or normalisation could change), ``sequence <= 2**63 - 1``;
+- every ``created_at`` round-trips through a strict parse and the runner's own format
+  (``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``, fraction omitted when zero): valid calendar dates and
+  times only (no hour 24, second 60, 30 February, year 0, ...);
+- no line is longer than replay's 128 KiB, and no value can sit 202 levels deep (each
+  ``data`` value holds at most :data:`MAX_BRACKETS` ``{``/``[`` bytes, a bound on its depth).
+
+For such a file the exact path accepts every line with no warning at all, so the answer is
+the columns. Anything else returns ``None`` and the caller takes the exact path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any
+
+import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
+
+ENGINE_ENV = "RIVUMI_ENGINE"
+"""Environment variable choosing the loading engine: ``auto`` (default), ``fast``, ``exact``."""
+
+ENGINES = ("auto", "fast", "exact")
+
+REPLAY_LINE_LIMIT = 131_072
+"""Longest line without the ``line_too_long_for_replay`` warning (same as ``_decode``)."""
+
+MAX_BRACKETS = 199
+"""Most ``{``/``[`` a ``data`` value may hold on the fast path. pydantic refuses a value at
+level 202 (the line's object is level 1, ``data`` level 2); with at most 199 brackets in
+``data`` no container is deeper than 200 and no value deeper than 201."""
+
+MAX_SEQUENCE = 2**63 - 1
+"""pydantic refuses a larger ``sequence`` (msgspec would read it)."""
+
+# separators str.splitlines() honours that may appear raw inside a JSON string, and a BOM
+# anywhere (the fidelity list, /work/notes/fast-path-exclusions.md, item 4)
+_RAW_SEPARATORS = (b"\xc2\x85", b"\xe2\x80\xa8", b"\xe2\x80\xa9", b"\xef\xbb\xbf")
+# envelope strings replay strips or compares differently: printable ASCII, no space, only
+_PLAIN = r"^[!-~]+$"
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+_TS_SHAPE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{6})?Z$"
+_UTC_US = pa.timestamp("us", "UTC")
+# {"created_at":" + ts + ","data": + data + ,"event_id": + J + ,"event_type": + J +
+# ,"run_id": + J + ,"sequence": + N + ,"task_id": + J + }
+_LAYOUT_FIXED = 15 + 9 + 12 + 14 + 10 + 12 + 11 + 1
+
+
+class Envelope(msgspec.Struct, forbid_unknown_fields=True):
+    """The RunEvent envelope, strictly typed, fields in the runner's (sorted) key order."""
+
+    created_at: str
+    data: msgspec.Raw
+    event_id: str
+    event_type: Annotated[str, msgspec.Meta(min_length=1)]
+    run_id: Annotated[str, msgspec.Meta(min_length=1)]
+    sequence: Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQUENCE)]
+    task_id: str | None
+
+
+_ENVELOPES = msgspec.json.Decoder(Envelope)
+_DATA = msgspec.json.Decoder(dict[str, Any])
+_ENCODE_LINES = msgspec.json.Encoder().encode_lines
+
+
+def engine(override: str | None = None) -> str:
+    """The loading engine in force: ``override``, else ``$RIVUMI_ENGINE``, else ``auto``.
+
+    ``auto`` and ``fast`` both take the fast path for files that pass every check of
+    :func:`scan` and the exact path for the others (the fast path never guesses); ``exact``
+    reads every file line by line.
+
+    >>> engine("exact"), engine("fast")
+    ('exact', 'fast')
+    """
+    value = override if override is not None else os.environ.get(ENGINE_ENV, "auto")
+    value = (value or "auto").strip().lower()
+    if value not in ENGINES:
+        raise ValueError(f"{ENGINE_ENV}={value!r}: expected one of {', '.join(ENGINES)}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A file that passed the per-file checks (C-level passes over the whole buffer).
+
+    The per-event checks (timestamps, line lengths, nesting) run over a batch of files at
+    once (:func:`columns`) or in the per-file object builder (:func:`lines_and_events`).
+    """
+
+    envelopes: list[Envelope]
+    objects: list[dict[str, Any]]
+    size: int
+
+    def __len__(self) -> int:
+        return len(self.envelopes)
+
+
+def decode(data: bytes) -> Decoded | None:
+    """Per-file checks of the fast path; ``None`` sends the file to the exact path.
+
+    >>> line = (b'{"created_at":"2026-08-20T21:02:47.879324Z","data":{"step":1},"event_id":"e",'
+    ...         b'"event_type":"model.requested","run_id":"r","sequence":0,"task_id":"t"}\\n')
+    >>> len(decode(line)), decode(line).objects
+    (1, [{'step': 1}])
+    >>> decode(line.replace(b'"sequence":0', b'"sequence":"0"')) is None  # lax int: exact path
+    True
+    >>> decode(line[:-1]), decode(line + line.replace(b'"step":1', b'"step":1,"step":2'))
+    (None, None)
+    """
+    if not data or data[-1] != 0x0A:
+        return None
+    if not data.isascii():  # the three separators are multi-byte UTF-8
+        for sep in _RAW_SEPARATORS:
+            if sep in data:
+                return None
+    if b"\\u" in data and (_SURROGATE_ESCAPE.search(data) or b"\\u0000" in data):
+        return None  # a surrogate (pydantic refuses a lone one) or NUL (replay refuses it)
+    try:
+        envs = _ENVELOPES.decode_lines(data)
+    except (msgspec.DecodeError, RecursionError, ValueError):
+        return None
+    if _ENCODE_LINES(envs) != data:
+        return None
+    # data objects: decoded (valid UTF-8, no NaN) and re-encoded to the same bytes (no repeated
+    # key at any depth, canonical numbers, no whitespace)
+    joined = b"\n".join([e.data for e in envs]) + b"\n"
+    try:
+        objects = _DATA.decode_lines(joined)
+    except (msgspec.DecodeError, RecursionError, ValueError):
+        return None
+    if _ENCODE_LINES(objects) != joined:
+        return None
+    return Decoded(envs, objects, len(data))
+
+
+def _i64(values: list[int]) -> pa.Array:
+    return pa.array(values, pa.int64())
+
+
+def columns(files: list[Decoded]) -> tuple[pa.Table, list[bool]]:
+    """Event columns of a batch of decoded files, and which files passed the batch checks.
+
+    Rows of files that fail (a timestamp not in the runner's format, a line over 128 KiB, a
+    value that may nest too deeply, an envelope string the layout arithmetic cannot size) are
+    left out; the caller reads those files with the exact path. Columns: ``file`` (index into
+    ``files``), ``line_no``, ``byte_offset``, ``byte_length``, ``sequence``, ``event_type``,
+    ``event_run_id``, ``task_id``, ``event_id``, ``created_at``, ``data``.
+    """
+    envs = [e for f in files for e in f.envelopes]
+    n = len(envs)
+    counts = [len(f) for f in files]
+    file_idx = pa.array([i for i, c in enumerate(counts) for _ in range(c)], pa.int32())
+    line_no = pa.array([j for c in counts for j in range(1, c + 1)], pa.int64())
+    raws = [e.data for e in envs]
+    data_len = _i64([len(r) for r in raws])
+    joined = b"".join(raws)
+    del raws
+    data_col = pa.LargeStringArray.from_buffers(
+        n, _offsets(data_len), pa.py_buffer(joined))
+    seq = _i64([e.sequence for e in envs])
+    etype = pa.array([e.event_type for e in envs], pa.large_string())
+    rid = pa.array([e.run_id for e in envs], pa.large_string())
+    eid = pa.array([e.event_id for e in envs], pa.large_string())
+    tid = pa.array([e.task_id for e in envs], pa.large_string())
+    ts = pa.array([e.created_at for e in envs], pa.large_string())
+    bad = pa.array([False] * n)
+    # timestamps: the runner's exact shape (6 fraction digits, omitted when zero), then a
+    # strict parse (no hour 24, second 60, 30 February, year 0, ...)
+    bad = pc.or_(bad, pc.invert(pc.match_substring_regex(ts, _TS_SHAPE)))
+    bad = pc.or_(bad, pc.ends_with(ts, ".000000Z"))
+    bad = pc.or_(bad, pc.starts_with(ts, "0000"))  # Arrow reads year 0; Python has none
+    for arr in (etype, rid, eid, tid):  # a null task_id is plain
+        bad = pc.or_(bad, pc.invert(pc.fill_null(pc.match_substring_regex(arr, _PLAIN), True)))
+    created_at, bad = _parse_timestamps(ts, bad, counts)
+    # Line lengths from the canonical layout: each term is the encoded length of a field when
+    # its string needs no escape, and only ever less than it otherwise. The file-size check
+    # below compares the sum, so an equal sum proves every line's length.
+    length = pc.add(data_len, _LAYOUT_FIXED + 6)  # + the quotes of event_id/event_type/run_id
+    for arr in (ts, etype, rid, eid):
+        length = pc.add(length, pc.binary_length(arr).cast(pa.int64()))
+    length = pc.add(length, pc.utf8_length(pc.cast(seq, pa.large_string())).cast(pa.int64()))
+    length = pc.add(length, pc.fill_null(pc.add(pc.binary_length(tid).cast(pa.int64()), 2), 4))
+    bad = pc.or_(bad, pc.greater(length, REPLAY_LINE_LIMIT))
+    brackets = pc.add(pc.count_substring(data_col, "{"), pc.count_substring(data_col, "["))
+    bad = pc.or_(bad, pc.greater(brackets, MAX_BRACKETS))
+    table = pa.table({"file": file_idx, "line_no": line_no, "length": length, "bad": bad})
+    per_file = table.group_by("file", use_threads=False).aggregate(
+        [("length", "sum"), ("bad", "any"), ("line_no", "count")])
+    sums = dict(zip(per_file["file"].to_pylist(), zip(
+        per_file["length_sum"].to_pylist(), per_file["bad_any"].to_pylist(),
+        per_file["line_no_count"].to_pylist(), strict=True), strict=True))
+    ok = []
+    for i, f in enumerate(files):
+        total, any_bad, lines = sums.get(i, (0, False, 0))
+        ok.append(not any_bad and total + lines == f.size)
+    ends = pc.cumulative_sum(pc.add(length, 1))
+    # offsets restart at every file: subtract the end of the previous file
+    file_start = []
+    pos = 0
+    for f in files:
+        file_start.extend([pos] * len(f))
+        pos += f.size
+    byte_offset = pc.subtract(pc.subtract(ends, pc.add(length, 1)), _i64(file_start))
+    out = pa.table({
+        "file": file_idx, "line_no": line_no, "byte_offset": byte_offset, "byte_length": length,
+        "sequence": seq, "event_type": etype, "event_run_id": rid, "task_id": tid,
+        "event_id": eid, "created_at": created_at, "data": data_col,
+    })
+    if not all(ok):
+        keep = pc.is_in(file_idx, pa.array([i for i, good in enumerate(ok) if good], pa.int32()))
+        out = out.filter(keep)
+    return out, ok
+
+
+def _parse_timestamps(ts: pa.Array, bad: pa.Array,
+                      counts: list[int]) -> tuple[pa.Array, pa.Array]:
+    """Parse ``ts`` strictly; a file holding an unparsable value is marked bad as a whole."""
+    shaped = pc.if_else(bad, pa.scalar("2000-01-01T00:00:00Z", pa.large_string()), ts)
+    try:
+        return pc.cast(shaped, _UTC_US), bad
+    except (pa.ArrowInvalid, ValueError):
+        pass
+    parts, flags, start = [], [], 0
+    for c in counts:  # rare: find the files that hold the bad values
+        piece = shaped.slice(start, c)
+        try:
+            parts.append(pc.cast(piece, _UTC_US))
+            flags.extend([False] * c)
+        except (pa.ArrowInvalid, ValueError):
+            parts.append(pa.nulls(c, _UTC_US))
+            flags.extend([True] * c)
+        start += c
+    return pa.concat_arrays(parts) if parts else pa.array([], _UTC_US), pc.or_(
+        bad, pa.array(flags, pa.bool_()))
+
+
+def _offsets(lengths: pa.Array) -> pa.Buffer:
+    return pa.concat_arrays([_i64([0]), pc.cumulative_sum(lengths)]).buffers()[1]
+
+
+_PLAIN_RE = re.compile(r"[!-~]+")
+_CANONICAL_TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{6})?Z")
+
+
+def lines_and_events(dec: Decoded, data: bytes) -> tuple[list[Any], list[Any]] | None:
+    """The exact path's ``(lines, events)`` for a decoded file, or None (take the exact path).
+
+    Builds the same ``Line``/``Event`` objects as ``_snapshot._decode_events`` without decoding
+    any line again: every line is accepted with no warning (see the module doc).
+    """
+    from .snapshot import Event, Line
+
+    envs = dec.envelopes
+    lengths = list(map(len, data.split(b"\n")))
+    lengths.pop()  # the empty piece after the final newline
+    if len(lengths) != len(envs) or max(lengths, default=0) > REPLAY_LINE_LIMIT:
+        return None
+    fromiso = datetime.fromisoformat
+    match = _CANONICAL_TS.fullmatch
+    plain = _PLAIN_RE.fullmatch
+    lines = []
+    events = []
+    pos = 0
+    objects = dec.objects
+    for i, e in enumerate(envs):
+        raw = e.data
+        if len(raw) > MAX_BRACKETS and (
+                bytes(raw).count(b"{") + bytes(raw).count(b"[") > MAX_BRACKETS):
+            return None
+        ts = e.created_at
+        if match(ts) is None or ts.endswith(".000000Z") or ts.startswith("0000"):
+            return None
+        if not (plain(e.event_type) and plain(e.run_id) and plain(e.event_id) and (
+                e.task_id is None or plain(e.task_id))):
+            return None
+        try:
+            created = fromiso(ts)
+        except ValueError:
+            return None
+        n = lengths[i]
+        line_no = i + 1
+        data_obj = objects[i]
+        events.append(Event(line_no, pos, n, e.sequence, e.event_type, e.run_id, e.task_id,
+                            e.event_id, created, None, bytes(raw).decode("utf-8"), data_obj,
+                            (), {"created_at": ts, "data": data_obj, "event_id": e.event_id,
+                                 "event_type": e.event_type, "run_id": e.run_id,
+                                 "sequence": e.sequence, "task_id": e.task_id}))
+        lines.append(Line(line_no, pos, n, b"", True, "accepted", None, None, ()))
+        pos += n + 1
+    return lines, events
