@@ -39,7 +39,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -266,55 +265,3 @@ def _parse_timestamps(ts: pa.Array, bad: pa.Array,
 
 def _offsets(lengths: pa.Array) -> pa.Buffer:
     return pa.concat_arrays([_i64([0]), pc.cumulative_sum(lengths)]).buffers()[1]
-
-
-_PLAIN_RE = re.compile(r"[!-~]+")
-_CANONICAL_TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{6})?Z")
-
-
-def lines_and_events(dec: Decoded, data: bytes) -> tuple[list[Any], list[Any]] | None:
-    """The exact path's ``(lines, events)`` for a decoded file, or None (take the exact path).
-
-    Builds the same ``Line``/``Event`` objects as ``_snapshot._decode_events`` without decoding
-    any line again: every line is accepted with no warning (see the module doc).
-    """
-    from .snapshot import Event, Line
-
-    envs = dec.envelopes
-    lengths = list(map(len, data.split(b"\n")))
-    lengths.pop()  # the empty piece after the final newline
-    if len(lengths) != len(envs) or max(lengths, default=0) > REPLAY_LINE_LIMIT:
-        return None
-    fromiso = datetime.fromisoformat
-    match = _CANONICAL_TS.fullmatch
-    plain = _PLAIN_RE.fullmatch
-    lines = []
-    events = []
-    pos = 0
-    objects = dec.objects
-    for i, e in enumerate(envs):
-        raw = e.data
-        if len(raw) > MAX_BRACKETS and (
-                bytes(raw).count(b"{") + bytes(raw).count(b"[") > MAX_BRACKETS):
-            return None
-        ts = e.created_at
-        if match(ts) is None or ts.endswith(".000000Z") or ts.startswith("0000"):
-            return None
-        if not (plain(e.event_type) and plain(e.run_id) and plain(e.event_id) and (
-                e.task_id is None or plain(e.task_id))):
-            return None
-        try:
-            created = fromiso(ts)
-        except ValueError:
-            return None
-        n = lengths[i]
-        line_no = i + 1
-        data_obj = objects[i]
-        events.append(Event(line_no, pos, n, e.sequence, e.event_type, e.run_id, e.task_id,
-                            e.event_id, created, None, bytes(raw).decode("utf-8"), data_obj,
-                            (), {"created_at": ts, "data": data_obj, "event_id": e.event_id,
-                                 "event_type": e.event_type, "run_id": e.run_id,
-                                 "sequence": e.sequence, "task_id": e.task_id}))
-        lines.append(Line(line_no, pos, n, b"", True, "accepted", None, None, ()))
-        pos += n + 1
-    return lines, events
