@@ -9,7 +9,7 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH, Source
 from ..read.snapshot import RunData, gc_paused
-from ._common import check_strict, polars_schema, validate
+from ._common import check_strict, load, polars_schema, validate
 
 EVENT_CHUNK_ROWS = 50_000
 
@@ -35,7 +35,7 @@ def load_events(source: Source | None, *, strict: bool, max_depth: int,
 
     if isinstance(source, (Fleet, RunData)) or (isinstance(source, (list, tuple)) and source
                                                 and all(isinstance(r, RunData) for r in source)):
-        return load_events(source, strict=strict, max_depth=max_depth)
+        return load(source, strict=strict, max_depth=max_depth, builder=events_frame)
     locations = discover(source, max_depth=max_depth).runs
     n_jobs = default_jobs() if jobs is None else max(1, jobs)
     n_jobs = min(n_jobs, max(1, len(locations) // 8))
