@@ -31,7 +31,7 @@ LINES = example_events().splitlines(keepends=True)
 def exact(data: bytes) -> tuple[list[Any], list[Any]]:
     """The reference reading of a native log: lines and events with every warning."""
     lines, events = _decode_events(data)
-    events = _with_native_warnings(events)
+    events = _with_native_warnings(events, data)
     return _merge_line_warnings(lines, events), events
 
 

@@ -489,7 +489,7 @@ def exact_run(run: RunData) -> RunData:
         return run
     lines, events = _decode_events(run.events_bytes)
     if run.kind != "external":
-        events = _with_native_warnings(events)
+        events = _with_native_warnings(events, run.events_bytes or b"")
         lines = _merge_line_warnings(lines, events)
     fields = {name: getattr(run, name) for name in RunData.__dataclass_fields__}
     fields.update(lines=lines, events=events, fast=None)
