@@ -43,19 +43,32 @@ def load_events(source: Source | None, *, strict: bool, max_depth: int,
         frame_, quarantined = _events_chunk(locations)
         frames = [frame_]
     else:
-        from concurrent.futures import ProcessPoolExecutor
-
         size = max(8, min(256, len(locations) // (n_jobs * 4)))
         chunks = [locations[i:i + size] for i in range(0, len(locations), size)]
-        frames, quarantined = [], []
-        with ProcessPoolExecutor(max_workers=n_jobs, mp_context=_pool_context()) as ex:
-            for frame_, bad in ex.map(_events_chunk, chunks):
-                frames.append(frame_)
-                quarantined.extend(bad)
+        try:
+            frames, quarantined = _events_in_pool(chunks, n_jobs, _pool_context())
+        except (ImportError, OSError):
+            # no process pool here (a sandbox, or privileges dropped after import so the
+            # pool's modules cannot be loaded): the same rows, read in this process
+            frame_, quarantined = _events_chunk(locations)
+            frames = [frame_]
     table = validate(pl.concat([pl.from_arrow(f) for f in frames], rechunk=False)
                      if len(frames) > 1 else pl.from_arrow(frames[0]), EventsSchema)
     check_strict(quarantined, strict)
     return table
+
+
+def _events_in_pool(chunks: list[list[Any]], n_jobs: int,
+                    context: Any) -> tuple[list[Any], list[RunData]]:
+    from concurrent.futures import ProcessPoolExecutor
+
+    frames: list[Any] = []
+    quarantined: list[RunData] = []
+    with ProcessPoolExecutor(max_workers=n_jobs, mp_context=context) as ex:
+        for frame_, bad in ex.map(_events_chunk, chunks):
+            frames.append(frame_)
+            quarantined.extend(bad)
+    return frames, quarantined
 
 
 def _events_chunk(locations: list[Any]) -> tuple[Any, list[RunData]]:
