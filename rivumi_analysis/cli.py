@@ -137,6 +137,12 @@ def _build_parser() -> argparse.ArgumentParser:
     e.add_argument("--redact", action="store_true",
                    help="keep only ids, codes, numbers and timestamps (no content)")
     e.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
+    e.add_argument("--engine", choices=("process", "ray"), default="process",
+                   help="process: this machine (default); ray: one Ray task per chunk of "
+                        "runs on the cluster in $RAY_ADDRESS or a local one (extra "
+                        "rivumi-analysis[ray]); --out must be a folder every node sees")
+    e.add_argument("--runs-per-task", type=int, default=256, metavar="N",
+                   help="runs per Ray task (--engine ray; default 256)")
     e.set_defaults(handler=cmd_export)
 
     st = sub.add_parser("store", help="build or refresh the Parquet store of every table and "
@@ -419,19 +425,41 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .export import SCHEMA_VERSION, ExportError, check_out, export
 
     paths, err = _resolve_paths(args.paths)
+    if not err and args.runs_per_task < 1:
+        err = "--runs-per-task must be at least 1"
     if not err:
         try:
             check_out(args.out)
         except ExportError as exc:
             err = str(exc)
+    if not err and args.engine == "ray":
+        try:
+            from .distributed import _ray
+
+            _ray.require_ray()
+        except ImportError as exc:
+            err = str(exc)
     if err:
         print(f"rivumi-analysis export: error: {err}", file=sys.stderr)
         return EXIT_USAGE
 
-    progress = _Progress("export")
+    summary = None
+    progress = _Progress("export") if args.engine == "process" else None
+    bar = None
     try:
-        manifest = export(paths, args.out, redact_output=args.redact, max_depth=args.max_depth,
-                          progress=progress)
+        if progress is not None:
+            manifest = export(paths, args.out, redact_output=args.redact,
+                              max_depth=args.max_depth, progress=progress)
+        else:
+            from .distributed import ChunkBar
+            from .distributed import export as engine_export
+
+            bar = ChunkBar(file=sys.stderr, desc="exporting (ray)") if sys.stderr.isatty() \
+                else None
+            res = engine_export(paths, args.out, engine=args.engine,
+                                redact_output=args.redact, max_depth=args.max_depth,
+                                runs_per_task=args.runs_per_task, on_chunk=bar)
+            manifest, summary = res.manifest, res.summary
     except ExportError as exc:
         print(f"rivumi-analysis export: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -439,7 +467,17 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"rivumi-analysis export: error: {_source_message(exc)}", file=sys.stderr)
         return EXIT_USAGE
     finally:
-        progress.close()
+        if progress is not None:
+            progress.close()
+        if bar is not None:
+            bar.close()
+    if summary is not None:
+        print(f"rivumi-analysis: {summary.text()}", file=sys.stderr)
+        if summary.failures:
+            print(f"rivumi-analysis export: error: {len(summary.failures)} chunk(s) failed; "
+                  f"{os.path.abspath(args.out)} is incomplete (no _dataset.json)",
+                  file=sys.stderr)
+            return EXIT_INTERNAL
     rows = ", ".join(f"{t} {v['rows']}" for t, v in manifest["tables"].items())
     print(f"rivumi-analysis: wrote {os.path.abspath(args.out)} (schema version "
           f"{SCHEMA_VERSION}): {rows}")

@@ -24,8 +24,8 @@ from ..audit import AuditResult, error_record
 from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover
 from ._chunks import DEFAULT_RUNS_PER_TASK, Chunk, chunk_key, make_chunks
 
-__all__ = ["ENGINES", "Chunk", "ChunkBar", "ChunkFailure", "EngineSummary", "RayAuditResult", "audit",
-           "audit_dataset", "chunk_key", "make_chunks"]
+__all__ = ["ENGINES", "Chunk", "ChunkBar", "ChunkFailure", "EngineSummary", "ExportResult",
+           "RayAuditResult", "audit", "audit_dataset", "chunk_key", "export", "make_chunks"]
 
 ENGINES = ("process", "ray")
 
@@ -219,6 +219,145 @@ def _ray_audit_records(locations: list[RunLocation], *, runs_per_task: int,
     return records, summary
 
 
+@dataclass(frozen=True, slots=True)
+class ExportResult:
+    """What :func:`export` wrote: the dataset manifest (``_dataset.json``) and, with Ray, the
+    engine's summary (``complete`` is False when a chunk failed: no ``_dataset.json`` then)."""
+
+    out: str
+    manifest: dict[str, Any]
+    summary: EngineSummary | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.summary is None or not self.summary.failures
+
+
+def export(source: Source | None, out: str | os.PathLike[str], *, engine: str = "process",
+           runs_per_task: int = DEFAULT_RUNS_PER_TASK, redact_output: bool = False,
+           max_depth: int = DEFAULT_MAX_DEPTH, runs_from: str | None = None,
+           on_chunk: Callable[[int, int, int, int], None] | None = None,
+           ray_remote_args: dict[str, Any] | None = None,
+           ray_init: dict[str, Any] | None = None) -> ExportResult:
+    """Write every table of the fleet as the Parquet dataset of :mod:`rivumi_analysis.export`.
+
+    ``engine="process"`` is :func:`rivumi_analysis.export.export` (one part per table and
+    kind). ``engine="ray"`` builds each chunk of ``runs_per_task`` runs in a Ray task with the
+    same table builders and the same writer (``store.build.write_parts``): the same layout,
+    columns and rows, one part per chunk (``part-<chunk key>.parquet``), so
+    ``polars.scan_parquet(f"{out}/<table>/**/*.parquet", hive_partitioning=True)`` reads
+    either. Fork links whose source is in another chunk are resolved fleet-wide by the
+    driver before ``_dataset.json`` is written. ``out`` must be a folder every node sees
+    (a shared file system).
+
+    Args:
+        source: run directories or folders of runs (ignored with ``runs_from``).
+        out: the dataset folder (see :func:`rivumi_analysis.export.check_out`).
+        engine: ``"process"`` or ``"ray"``.
+        runs_per_task: runs per Ray task.
+        redact_output: ``export --redact``.
+        runs_from: a listing file naming the runs (Parquet or CSV with a ``path`` column).
+        on_chunk: called after each chunk with ``(chunks done, chunks, runs, bytes)``.
+        ray_remote_args, ray_init: as for :func:`audit`.
+
+    Returns:
+        An :class:`ExportResult`; with Ray, ``complete`` is False when a chunk kept failing
+        (its runs are listed in ``summary.failures``; ``_dataset.json`` is not written).
+
+    Raises:
+        ExportError: ``out`` cannot be used (checked before anything is read).
+        SourceError: a bad source, or (code ``no_runs``) no run below it.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     export("tests/fixtures/example", d + "/ds").manifest["tables"]["events"]["rows"]
+    50
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    out = os.path.abspath(os.fspath(out))
+    if engine == "process" and runs_from is None:
+        from ..export import export as local_export
+
+        return ExportResult(out, local_export(source, out, redact_output=redact_output,
+                                              max_depth=max_depth))
+    from ..errors import SourceError
+    from ..export import _prepare_out, check_out
+    from ..read.discovery import normalize_sources
+
+    check_out(out)
+    found = _find(source, max_depth, runs_from)
+    if not found.runs:
+        raise SourceError("no runs found", code="no_runs",
+                          hint="a run directory holds events.jsonl, session.json or "
+                               "result.json; check the PATH and --max-depth")
+    tops = normalize_sources(source)[0] if runs_from is None else []
+    _prepare_out(out)
+    return _chunked_export(found.runs, out, tops, runs_per_task=runs_per_task,
+                           redact_output=redact_output, on_chunk=on_chunk,
+                           ray_remote_args=ray_remote_args, ray_init=ray_init,
+                           engine=engine)
+
+
+def _chunked_export(locations: list[RunLocation], out: str, tops: list[str], *,
+                    runs_per_task: int, redact_output: bool,
+                    on_chunk: Callable[[int, int, int, int], None] | None,
+                    ray_remote_args: dict[str, Any] | None, ray_init: dict[str, Any] | None,
+                    engine: str) -> ExportResult:
+    from . import _export, _ray
+
+    chunks = make_chunks(locations, runs_per_task)
+    kwargs: dict[str, Any] = {**_task_kwargs(chunks), "out": out,
+                              "redact_tops": tops if redact_output else None}
+    startup = 0.0
+    if engine == "process":  # --runs-from without Ray: the same tasks, in this process
+        import pyarrow as pa
+
+        t0 = time.perf_counter()
+        batches: Any = (_export.export_chunk_task(pa.Table.from_pylist([c.to_item()]), **kwargs)
+                        for c in chunks)
+    else:
+        _started, startup = _ray.ensure_ray(ray_init)
+        t0 = time.perf_counter()
+        ds = _ray.chunk_dataset(chunks, _export.export_chunk_task, fn_kwargs=kwargs,
+                                ray_remote_args=ray_remote_args)
+        batches = _ray.iter_result_batches(ds)
+    got = _export.Collected()
+    for batch in batches:
+        by_key: dict[str, list[dict[str, Any]]] = {}
+        for row in batch.to_pylist():
+            by_key.setdefault(row["key"], []).append(row)
+        for key, rows in by_key.items():
+            if key in got.files:  # a chunk delivered twice is counted once
+                continue
+            got.add(key, rows)
+            if on_chunk is not None:
+                on_chunk(len(got.files), len(chunks), rows[0]["runs"], rows[0]["bytes"])
+    attempts = 1 + int((ray_remote_args or {}).get("max_retries", _ray.DEFAULT_MAX_RETRIES))
+    failures = tuple(
+        ChunkFailure(c.key, c.run_dirs, f"chunk {c.key} ({len(c)} runs) gave no result after "
+                     f"{attempts} attempts on the cluster; its parts are missing and "
+                     "_dataset.json was not written")
+        for c in chunks if c.key not in got.files)
+    if not failures:
+        resolved: dict[str, str] = {}
+        for c in chunks:
+            resolved.update(zip(c.run_dirs, got.chunk_dirs[c.key], strict=True))
+        rel = None
+        if redact_output:
+            from ..export import _relative
+
+            def rel(p: str) -> str | None:
+                return _relative(p, tops)
+        _export.resolve_fork_links(out, got, [resolved[loc.run_dir] for loc in locations],
+                                   rel)
+    manifest = _export.finish(out, got, chunks, redacted=redact_output, engine=engine,
+                              complete=not failures)
+    summary = EngineSummary(engine, len(chunks), len(got.files), len(locations), got.bytes,
+                            startup, time.perf_counter() - t0, failures, got.task_seconds)
+    return ExportResult(out, manifest, summary)
+
+
 class ChunkBar:
     """A tqdm bar on stderr for ``on_chunk``: runs done, with chunks and megabytes read.
 
@@ -233,7 +372,8 @@ class ChunkBar:
         from tqdm import tqdm
 
         tqdm_kwargs.setdefault("leave", False)
-        self._bar = tqdm(unit="run", desc="auditing (ray)", **tqdm_kwargs)
+        tqdm_kwargs.setdefault("desc", "auditing (ray)")
+        self._bar = tqdm(unit="run", **tqdm_kwargs)
         self.runs = 0
         self.bytes = 0
 

@@ -24,6 +24,7 @@ class Chunk:
         parents: per run, the parent's ``run_dir`` for subagents.
         base: the driver's working directory when a ``run_dir`` is relative (workers resolve
             relative paths against it, so records keep the paths as given), else ``""``.
+        roots: per run, its ``source_root`` (``run_path`` in the tables), or None.
     """
 
     key: str
@@ -31,6 +32,7 @@ class Chunk:
     subagent: tuple[bool, ...]
     parents: tuple[str | None, ...]
     base: str = ""
+    roots: tuple[str | None, ...] = ()
 
     def __len__(self) -> int:
         return len(self.run_dirs)
@@ -39,12 +41,22 @@ class Chunk:
         """The row this chunk becomes in a Ray Dataset (plain lists, Arrow-friendly)."""
         return {"key": self.key, "run_dirs": list(self.run_dirs),
                 "subagent": list(self.subagent), "parents": list(self.parents),
-                "base": self.base}
+                "base": self.base,
+                "roots": list(self.roots) if self.roots else [None] * len(self.run_dirs)}
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Chunk:
         return cls(item["key"], tuple(item["run_dirs"]), tuple(bool(s) for s in item["subagent"]),
-                   tuple(item["parents"]), item.get("base") or "")
+                   tuple(item["parents"]), item.get("base") or "",
+                   tuple(item.get("roots") or [None] * len(item["run_dirs"])))
+
+    def locations(self) -> list[Any]:
+        """The chunk's runs as ``RunLocation`` values (what discovery gave the driver)."""
+        from ..read.discovery import RunLocation
+
+        roots = self.roots or (None,) * len(self.run_dirs)
+        return [RunLocation(d, s, p, r) for d, s, p, r in zip(
+            self.run_dirs, self.subagent, self.parents, roots, strict=True)]
 
 
 def chunk_key(entries: Iterable[tuple[str, bool, str | None]], base: str = "") -> str:
@@ -80,15 +92,17 @@ def make_chunks(locations: Sequence[Any], runs_per_task: int = DEFAULT_RUNS_PER_
     """
     if runs_per_task < 1:
         raise ValueError(f"runs_per_task must be at least 1, not {runs_per_task}")
-    entries = sorted((loc.run_dir, bool(loc.is_subagent), loc.parent_run_dir)
-                     for loc in locations)
+    entries = sorted(((loc.run_dir, bool(loc.is_subagent), loc.parent_run_dir,
+                       getattr(loc, "source_root", None)) for loc in locations),
+                     key=lambda e: (e[0], e[1], e[2] or "", e[3] or ""))
     if base is None:
         base = os.getcwd() if any(_is_relative(e[0]) for e in entries) else ""
     chunks = []
     for i in range(0, len(entries), runs_per_task):
         part = entries[i:i + runs_per_task]
-        chunks.append(Chunk(chunk_key(part, base), tuple(e[0] for e in part),
-                            tuple(e[1] for e in part), tuple(e[2] for e in part), base))
+        chunks.append(Chunk(chunk_key([e[:3] for e in part], base), tuple(e[0] for e in part),
+                            tuple(e[1] for e in part), tuple(e[2] for e in part), base,
+                            tuple(e[3] for e in part)))
     return chunks
 
 

@@ -169,7 +169,8 @@ def discover(source: Source | None, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Di
         from .uri import discover_uris
 
         discover_uris(uris, max_depth=max_depth, run_markers=RUN_MARKERS,
-                      add_run=lambda d, sub, par: runs.append(RunLocation(d, sub, par)),
+                      add_run=lambda d, sub, par, root: runs.append(
+                          RunLocation(d, sub, par, root)),
                       add_skipped=lambda p, r: skipped.append(Skipped(p, r)), seen=seen)
     return Discovery(runs=runs, skipped=skipped, root_used=root_used)
 

@@ -219,15 +219,19 @@ URI_IO = UriIO()
 # --- discovery ------------------------------------------------------------------------------
 
 def discover_uris(uris: Iterable[str], *, max_depth: int, run_markers: tuple[str, ...],
-                  add_run: Callable[[str, bool, str | None], None],
+                  add_run: Callable[[str, bool, str | None, str], None],
                   add_skipped: Callable[[str, str], None], seen: set[str]) -> None:
     """Walk URI sources like ``discovery._walk`` walks folders (dot-names skipped, depth
-    bounded, subagents below a run), reporting runs and skipped paths to the callbacks.
+    bounded, subagents below a run), reporting runs (``run_dir``, is a subagent, parent,
+    source root) and skipped paths to the callbacks. The source root is the source URI (its
+    parent when the source is itself a run), as for local folders: ``run_path``.
 
     Raises:
         SourceError: a source that does not exist or is an object, not a prefix.
     """
     from ..errors import SourceError
+
+    root = ""
 
     def walk(uri: str, depth: int, *, is_top: bool) -> None:
         entries = list_dir(uri)
@@ -246,8 +250,9 @@ def discover_uris(uris: Iterable[str], *, max_depth: int, run_markers: tuple[str
         if any(m in names for m in run_markers):
             if uri not in seen:
                 seen.add(uri)
-                add_run(uri, False, None)
-                subs(uri, entries, 0)
+                run_root = uri.rsplit("/", 1)[0] if is_top else root
+                add_run(uri, False, None, run_root)
+                subs(uri, entries, 0, run_root)
             return
         for name, kind in entries:
             if name.startswith("."):
@@ -261,7 +266,7 @@ def discover_uris(uris: Iterable[str], *, max_depth: int, run_markers: tuple[str
             elif kind == "other":
                 add_skipped(child, "not_regular")
 
-    def subs(run_dir: str, entries: list[tuple[str, str]], depth: int) -> None:
+    def subs(run_dir: str, entries: list[tuple[str, str]], depth: int, run_root: str) -> None:
         if ("subagents", "dir") not in entries:
             return
         sub = _join(run_dir, "subagents")
@@ -285,11 +290,12 @@ def discover_uris(uris: Iterable[str], *, max_depth: int, run_markers: tuple[str
             if child in seen:
                 continue
             seen.add(child)
-            add_run(child, True, run_dir)
-            subs(child, grand, depth + 1)
+            add_run(child, True, run_dir, run_root)
+            subs(child, grand, depth + 1, run_root)
 
     for uri in uris:
-        walk(uri.rstrip("/"), 0, is_top=True)
+        root = uri.rstrip("/")
+        walk(root, 0, is_top=True)
 
 
 # --- listing files --------------------------------------------------------------------------

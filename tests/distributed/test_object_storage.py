@@ -181,3 +181,57 @@ def test_cli_reads_s3_sources_and_listings(s3: Any, expected: dict[str, Any], tm
     assert main(["audit", f"s3://{BUCKET}/missing", "--no-cache"]) == 2
     assert "source does not exist: s3://runs/missing" in capsys.readouterr().err
     assert main(["audit", "x", "--runs-from", str(listing)]) == 2
+
+
+def read_dataset(out: Path, table: str, rename: tuple[str, str] | None = None) -> Any:
+    """A table of an export in canonical row order; ``rename`` rewrites a path prefix."""
+    import polars as pl
+
+    df = pl.scan_parquet(f"{out}/{table}/**/*.parquet", hive_partitioning=True).collect()
+    if rename is not None:
+        df = df.with_columns(pl.col(pl.String).str.replace_all(*rename, literal=True))
+    keys = [c for c, t in df.schema.items() if not isinstance(t, (pl.List, pl.Struct))]
+    return df.sort(keys, nulls_last=True)
+
+
+@pytest.fixture(scope="module")
+def local_export(local_fleet: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from rivumi_analysis.export import export as process_export
+
+    out = tmp_path_factory.mktemp("local-export") / "ds"
+    process_export(local_fleet, out)
+    return out
+
+
+def assert_export_equals_local(out: Path, local_export: Path, local_fleet: Path) -> None:
+    from polars.testing import assert_frame_equal
+
+    from rivumi_analysis.export import TABLES
+
+    for table in TABLES:
+        assert_frame_equal(read_dataset(out, table),
+                           read_dataset(local_export, table, (str(local_fleet), PREFIX)),
+                           check_column_order=False)
+    mine = json.loads((out / "_dataset.json").read_text())["tables"]
+    theirs = json.loads((local_export / "_dataset.json").read_text())["tables"]
+    assert mine == theirs
+
+
+def test_s3_export_equals_local_export(s3: Any, local_fleet: Path, local_export: Path,
+                                       tmp_path: Path) -> None:
+    from rivumi_analysis.distributed import export
+
+    res = export(PREFIX, tmp_path / "ds", engine="process")
+    assert res.manifest["tables"]["runs"]["rows"] >= 30
+    assert_export_equals_local(tmp_path / "ds", local_export, local_fleet)
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_s3_export_on_ray_equals_local_export(s3: Any, ray_local: Any, local_fleet: Path,
+                                              local_export: Path, tmp_path: Path) -> None:
+    from rivumi_analysis.distributed import export
+
+    res = export(PREFIX, tmp_path / "ds", engine="ray", runs_per_task=8)
+    assert res.complete and res.summary is not None and res.summary.bytes > 0
+    assert_export_equals_local(tmp_path / "ds", local_export, local_fleet)
