@@ -10,6 +10,7 @@ from typing import Any
 
 from .errors import VERDICTS
 from .read.cache import Recorder
+from .read.cleanlog import CleanLog
 from .read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover
 from .read.snapshot import RunData, read_run
 from .resume import TERMINAL_RUN_EVENTS, decide
@@ -46,18 +47,33 @@ def _replay_verdict(run: RunData) -> tuple[bool | None, str | None]:
 def record_from_run(run: RunData) -> dict[str, Any]:
     """Build the JSON-ready audit record of one run (pure; see :data:`RECORD_FIELDS`)."""
     v = decide(run)
-    lines = run.lines
-    events = run.events
-    seqs = [e.sequence for e in events]
     manifest = run.manifest or {}
     lseq = manifest.get("last_event_sequence")
     phase = manifest.get("phase")
     terminal_reason = None
-    for e in reversed(events):
-        if e.event_type in TERMINAL_RUN_EVENTS:
-            tr = e.data.get("terminal_reason")
-            terminal_reason = tr if isinstance(tr, str) else None
-            break
+    clean = run.fast if isinstance(run.fast, CleanLog) else None
+    if clean is not None:  # every line an accepted event, no blank or quarantined line
+        seqs = clean.sequences
+        n_lines = n_events = len(seqs)
+        n_blank = n_quarantined = 0
+        types = clean.event_types
+        for i in range(len(types) - 1, -1, -1):
+            if types[i] in TERMINAL_RUN_EVENTS:
+                tr = clean.objects[i].get("terminal_reason")
+                terminal_reason = tr if isinstance(tr, str) else None
+                break
+    else:
+        lines = run.lines
+        events = run.events
+        seqs = [e.sequence for e in events]
+        n_lines, n_events = len(lines), len(events)
+        n_blank = sum(1 for ln in lines if ln.status == "blank")
+        n_quarantined = sum(1 for ln in lines if ln.status == "quarantined")
+        for e in reversed(events):
+            if e.event_type in TERMINAL_RUN_EVENTS:
+                tr = e.data.get("terminal_reason")
+                terminal_reason = tr if isinstance(tr, str) else None
+                break
     if terminal_reason is None and isinstance(run.result, dict):
         tr = run.result.get("terminal_reason")
         terminal_reason = tr if isinstance(tr, str) else None
@@ -86,10 +102,10 @@ def record_from_run(run: RunData) -> dict[str, Any]:
         "reasons": reasons,
         "warnings": sorted(warnings),
         "message": message,
-        "lines": len(lines),
-        "blank_lines": sum(1 for ln in lines if ln.status == "blank"),
-        "events": len(events),
-        "quarantined_lines": sum(1 for ln in lines if ln.status == "quarantined"),
+        "lines": n_lines,
+        "blank_lines": n_blank,
+        "events": n_events,
+        "quarantined_lines": n_quarantined,
         "first_sequence": min(seqs) if seqs else None,
         "last_sequence": max(seqs) if seqs else None,
         "manifest_last_event_sequence": lseq if type(lseq) is int else None,
@@ -132,7 +148,7 @@ def audit_run(run_dir: str, *, is_subagent: bool = False,
     loc = RunLocation(run_dir, is_subagent, parent_run_dir)
     try:
         return record_from_run(read_run(run_dir, is_subagent=is_subagent,
-                                        parent_run_dir=parent_run_dir))
+                                        parent_run_dir=parent_run_dir, clean=True))
     except Exception as exc:  # one bad run must not stop a fleet audit
         return error_record(loc, exc)
 
@@ -146,7 +162,7 @@ def _cacheable(record: dict[str, Any]) -> bool:
     return record.get("verdict") != "error"
 
 
-RECORDER = Recorder(_record, error_record, _cacheable, SCHEMA_VERSION)
+RECORDER = Recorder(_record, error_record, _cacheable, SCHEMA_VERSION, clean=True)
 """What an audit record is, for the record cache and the engines that run it per run
 (:func:`rivumi_analysis.read.cache.run_fleet`, :mod:`rivumi_analysis.distributed`)."""
 

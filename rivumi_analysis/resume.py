@@ -22,6 +22,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import VERDICT_REASONS
+from .read import fast_models as _fast_models
+from .read.cleanlog import CleanLog
 from .read.io import RUNNER_FILE_LIMIT
 from .read.models import (
     MANIFEST_KNOWN_KEYS,
@@ -99,7 +101,7 @@ def decide(run: RunData) -> Verdict:
                  "hint: without a manifest the runner cannot resume this run")
 
     # --- 2. corrupt: §8.1 step 3 (session.json) ----------------------------------------------
-    manifest_model: SessionManifest | None = None
+    manifest_model: Any = None  # SessionManifest or its msgspec twin (same attributes)
     manifest = run.manifest
     if session_status in _FILE_STATUS_REASON:
         code = _FILE_STATUS_REASON[session_status]
@@ -122,7 +124,10 @@ def decide(run: RunData) -> Verdict:
             c.warn("terminal_phase_mismatch", f"{run.run_dir}/session.json: terminal="
                    f"{manifest['terminal']} but phase={phase!r}")
         try:
-            manifest_model = SessionManifest.model_validate(manifest)
+            # the msgspec twin answers for the documents the runner writes; pydantic (the
+            # oracle) for everything else, and for every refusal (its exact message)
+            manifest_model = _fast_models.manifest(manifest) or SessionManifest.model_validate(
+                manifest)
         except ValidationError as exc:
             if run.kind == "fork":
                 c.reason("fork_manifest_rejected", f"{run.run_dir}/session.json: fork manifest "
@@ -147,7 +152,8 @@ def decide(run: RunData) -> Verdict:
         c.reason("request_invalid", f"{run.run_dir}/request.json: {run.request_error}")
     else:
         try:
-            contract = TaskContract.model_validate(run.request)
+            contract = _fast_models.request(run.request) or TaskContract.model_validate(
+                run.request)
         except ValidationError as exc:
             c.reason("request_invalid", f"{run.run_dir}/request.json fails TaskContract: "
                      f"{first_error(exc)}")
@@ -184,7 +190,9 @@ def decide(run: RunData) -> Verdict:
                      f"{lseq} is {lseq - last_seq} ahead of the log ({last_seq})")
 
     # the tail as resume reads it (two events joined by a lone CR are two events, §8.2)
+    clean = _clean(run)
     last_event: Any = (resume_log.events[-1] if resume_log is not None and resume_log.events
+                       else _CleanEvent(clean, len(clean) - 1) if clean is not None
                        else run.events[-1] if resume_log is None and run.events else None)
     tail_side_effect = last_event is not None and last_event.event_type in SIDE_EFFECT_STARTS
     if tail_side_effect and not ahead and native_log:
@@ -258,6 +266,9 @@ def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
         c.reason("events_too_large", f"{where} is {fr.size} bytes, over the runner's 16 MiB "
                  "limit; hint: the log is still analysed, but resume refuses it")
 
+    clean = _clean(run)
+    if clean is not None and native_log:
+        return _check_clean_events(clean, c, manifest, where), None
     lines = run.lines
     quarantined = [ln for ln in lines if ln.status == "quarantined"]
     if quarantined:
@@ -338,6 +349,10 @@ def _auditor_warnings(run: RunData, c: _Collector, manifest: SessionManifest | N
         if (run.files[fname].size or 0) > RUNNER_FILE_LIMIT:
             c.warn("file_too_large_for_runner", f"{run.run_dir}/{fname} exceeds 16 MiB")
 
+    clean = _clean(run)
+    if clean is not None:
+        _clean_event_warnings(run, clean, c, manifest, ahead)
+        return
     events = run.events
     # pairing of tool and approval events (tail side effects are the verdict's business)
     started: dict[str, Event] = {}
@@ -415,11 +430,7 @@ def _auditor_warnings(run: RunData, c: _Collector, manifest: SessionManifest | N
 
     if manifest is not None and not ahead:
         _usage_check(run, c, manifest, terminal_events)
-        limits = (run.request or {}).get("limits") if isinstance(run.request, dict) else None
-        budget = limits.get("wall_time_seconds") if isinstance(limits, dict) else None
-        if isinstance(budget, (int, float)) and manifest.active_wall_time_seconds > budget + 1.0:
-            c.warn("wall_time_over_budget", f"{run.run_dir}/session.json active_wall_time_seconds"
-                   f" {manifest.active_wall_time_seconds:.1f} > limit {budget}")
+        _wall_time_check(run, c, manifest)
 
 
 def _moved_on_index(events: list[Event]):
@@ -444,24 +455,37 @@ _COUNTERS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_
 
 def _usage_check(run: RunData, c: _Collector, manifest: SessionManifest,
                  terminal_events: list[Event]) -> None:
+    if manifest.model_usage:
+        _usage_compare(run, c, manifest, None)
+        return
+    if any(e.event_type in ("loop.wind_down_completed", "loop.wind_down_failed")
+           for e in run.events):
+        return  # the wind-down call's usage is logged nowhere (§11.1)
+    if any(e.data.get("terminal_reason") == "token_budget_exceeded" for e in terminal_events):
+        return  # the crossing call has no model.completed (§11.1)
+    _usage_compare(run, c, manifest, [e.data.get("usage") for e in run.events if e.event_type in (
+        "model.completed", "role_lane.completed")])
+
+
+def _usage_compare(run: RunData, c: _Collector, manifest: SessionManifest,
+                   logged: list[Any] | None) -> None:
+    """Compare the manifest's usage with its ``model_usage`` records (``logged`` None) or
+    with the ``usage`` of the logged model completions."""
+
     def total(u: dict[str, Any]) -> int:
         ptt = u.get("provider_total_tokens")
         if isinstance(ptt, int):
             return ptt
         return int(u.get("input_tokens") or 0) + int(u.get("output_tokens") or 0)
 
-    if manifest.model_usage:
+    if logged is None and isinstance(manifest, _fast_models.SessionManifest):
+        _usage_compare_struct(run, c, manifest)
+        return
+    if logged is None:
         recs = [r.usage.model_dump() for r in manifest.model_usage]
         basis = "model_usage records"
     else:
-        if any(e.event_type in ("loop.wind_down_completed", "loop.wind_down_failed")
-               for e in run.events):
-            return  # the wind-down call's usage is logged nowhere (§11.1)
-        if any(e.data.get("terminal_reason") == "token_budget_exceeded" for e in terminal_events):
-            return  # the crossing call has no model.completed (§11.1)
-        recs = [e.data.get("usage") for e in run.events if e.event_type in (
-            "model.completed", "role_lane.completed")]
-        recs = [r for r in recs if isinstance(r, dict)]
+        recs = [r for r in logged if isinstance(r, dict)]
         basis = "model.completed usage"
     mu = manifest.usage.model_dump()
     try:
@@ -475,3 +499,194 @@ def _usage_check(run: RunData, c: _Collector, manifest: SessionManifest,
     if mismatch:
         c.warn("usage_unreconciled", f"{run.run_dir}/session.json usage differs from the sum of "
                f"{basis} in {', '.join(mismatch)}")
+
+
+def _usage_compare_struct(run: RunData, c: _Collector, manifest: Any) -> None:
+    """:func:`_usage_compare` against ``model_usage`` for the msgspec manifest (non-negative
+    ints, so ``int(v or 0)`` is ``v``), without a dict per record."""
+    usages = [r.usage for r in manifest.model_usage]
+    mu = manifest.usage
+    mismatch = [k for k in _COUNTERS
+                if sum([getattr(u, k) for u in usages]) != getattr(mu, k)]
+    ptt = sum([u.input_tokens + u.output_tokens if u.provider_total_tokens is None
+               else u.provider_total_tokens for u in usages])
+    if usages and (mu.provider_total_tokens or 0) != ptt:
+        mismatch.append("provider_total_tokens")
+    if mismatch:
+        c.warn("usage_unreconciled", f"{run.run_dir}/session.json usage differs from the sum of "
+               f"model_usage records in {', '.join(mismatch)}")
+
+
+# --- the same rules over the columns of a clean log (read.cleanlog) ------------------------------
+# A clean log is read by the exact path as one accepted, warning-free event per physical line,
+# and by resume's reader as exactly those lines, each a valid RunEvent (read.cleanlog says
+# why). So event i is line i + 1, and the rules above reduce to these (tests/test_cleanlog.py
+# proves the records equal on every sample run, byte cuts and generated logs).
+
+def _clean(run: RunData) -> CleanLog | None:
+    return run.fast if isinstance(run.fast, CleanLog) else None
+
+
+class _CleanEvent:
+    """Event ``i`` of a clean log where a message needs its place (offset computed lazily)."""
+
+    __slots__ = ("_log", "_i")
+
+    def __init__(self, log: CleanLog, i: int) -> None:
+        self._log, self._i = log, i
+
+    @property
+    def event_type(self) -> str:
+        return self._log.event_types[self._i]
+
+    @property
+    def line_no(self) -> int:
+        return self._i + 1
+
+    @property
+    def byte_offset(self) -> int:
+        return self._log.offset(self._i)
+
+
+def _check_clean_events(log: CleanLog, c: _Collector, manifest: Any, where: str) -> int:
+    """:func:`_check_events` after the file checks, for a clean native log."""
+    seqs = log.sequences
+    n = len(seqs)
+    if seqs != list(range(n)):
+        first_line: dict[int, int] = {}
+        for i, seq in enumerate(seqs):
+            if seq in first_line:
+                c.reason("duplicate_sequence", f"{where}:{i + 1}:{log.offset(i)}: sequence "
+                         f"{seq} already appeared at line {first_line[seq]}; hint: an "
+                         "emit without the lock (§4.5 hazard)")
+                break
+            first_line[seq] = i + 1
+        for i, seq in enumerate(seqs):
+            if seq != i:
+                c.reason("sequence_not_contiguous", f"{where}:{i + 1}:{log.offset(i)}: piece "
+                         f"{i} of the log (as resume splits it) has sequence {seq}; "
+                         f"resume needs {i}")
+                break
+    if manifest is not None:
+        run_ids = log.run_ids
+        if run_ids.count(manifest.run_id) != n:
+            i = next(i for i, r in enumerate(run_ids) if r != manifest.run_id)
+            c.reason("run_id_drift", f"{where}:{i + 1}:{log.offset(i)}: run_id "
+                     f"{run_ids[i]!r} != manifest {manifest.run_id!r}")
+        task_ids = log.task_ids
+        if not {*task_ids} <= {None, manifest.task_id}:
+            i = next(i for i, t in enumerate(task_ids)
+                     if t is not None and t != manifest.task_id)
+            c.reason("task_id_drift", f"{where}:{i + 1}:{log.offset(i)}: task_id "
+                     f"{task_ids[i]!r} != manifest {manifest.task_id!r}")
+    return seqs[-1] if n else -1
+
+
+_APPROVAL_CLOSERS = ("approval.resolved", "approval.abandoned")
+_USAGE_EVENTS = ("model.completed", "role_lane.completed")
+_WIND_DOWN = ("loop.wind_down_completed", "loop.wind_down_failed")
+# the event types the event-level auditor rules read (the others only count for positions)
+_RULE_TYPES = frozenset({
+    "tool.started", "tool.completed", "approval.requested", *_APPROVAL_CLOSERS,
+    "model.requested", *TERMINAL_RUN_EVENTS, *_USAGE_EVENTS, *_WIND_DOWN,
+})
+
+
+def _clean_event_warnings(run: RunData, log: CleanLog, c: _Collector, manifest: Any,
+                          ahead: bool) -> None:
+    """The event-level part of :func:`_auditor_warnings`, over a clean log's columns."""
+    where = f"{run.run_dir}/events.jsonl"
+    types = log.event_types
+    objs = log.objects
+    n = len(types)
+    picked = [(i, t) for i, t in enumerate(types) if t in _RULE_TYPES]
+    # Unclosed pairs count only when a model step or terminal event follows them
+    last_progress = -1
+    for i, t in picked:
+        if t == "model.requested" or t in TERMINAL_RUN_EVENTS:
+            last_progress = i
+    started: dict[str, int] = {}
+    completed: set[str] = set()
+    requested: dict[str, int] = {}
+    closed: set[str] = set()
+    terminal: list[int] = []
+    for i, t in picked:
+        if t == "tool.started" or t == "tool.completed":
+            tcid = objs[i].get("tool_call_id")
+            if not isinstance(tcid, str):
+                continue
+            if t == "tool.started":
+                started[tcid] = i
+            else:
+                completed.add(tcid)
+                if tcid not in started and objs[i].get("preview") is not None:
+                    c.warn("tool_unpaired", f"{where}:{i + 1}:{log.offset(i)}: tool.completed "
+                           f"for {tcid} has no tool.started")
+        elif t == "approval.requested" or t in _APPROVAL_CLOSERS:
+            rid = objs[i].get("request_id")
+            if not isinstance(rid, str):
+                continue
+            if t == "approval.requested":
+                requested[rid] = i
+            else:
+                closed.add(rid)
+                if t == "approval.resolved" and rid not in requested:
+                    c.warn("approval_unpaired", f"{where}:{i + 1}:{log.offset(i)}: "
+                           f"approval.resolved {rid} has no approval.requested")
+        elif t in TERMINAL_RUN_EVENTS:
+            terminal.append(i)
+    for tcid, i in started.items():
+        if tcid not in completed and i < last_progress:
+            c.warn("tool_unpaired", f"{where}:{i + 1}:{log.offset(i)}: tool.started for "
+                   f"{tcid} never completed")
+            break
+    for rid, i in requested.items():
+        if rid not in closed and i < last_progress:
+            c.warn("approval_unpaired", f"{where}:{i + 1}:{log.offset(i)}: approval "
+                   f"{rid} was never resolved")
+            break
+    pending = manifest.pending_action if manifest is not None else None
+    if pending is not None and not ahead:
+        known = {objs[i].get("request_id") for i in range(n) if types[i].startswith("approval.")}
+        seqs = log.sequences
+        requested_at = next((seqs[i] for i in range(n)
+                             if objs[i].get("request_id") == pending.request_id), -1)
+        action_started = any(
+            types[i] in SIDE_EFFECT_STARTS and i != n - 1 and (
+                objs[i].get("tool_call_id") == pending.action_id
+                or f"verification:{objs[i].get('name')}" == pending.action_id)
+            for i in range(n) if seqs[i] > requested_at)
+        if pending.request_id not in known or action_started:
+            c.warn("pending_action_inconsistent", f"{run.run_dir}/session.json pending_action "
+                   f"{pending.request_id} ({pending.action_id}) "
+                   + ("has no approval event in the log" if pending.request_id not in known
+                      else "was already started, so it should have been cleared"))
+    result = run.result if isinstance(run.result, dict) else None
+    if result is not None:  # a clean log is a native run's
+        if not terminal:
+            c.warn("result_without_terminal_event", f"{run.run_dir}/result.json exists but the "
+                   "log has no terminal run.* event")
+        else:
+            last = terminal[-1]
+            status = types[last].split(".", 1)[1]
+            reason = objs[last].get("terminal_reason")
+            if result.get("status") != status or result.get("terminal_reason") != reason:
+                c.warn("result_disagrees", f"{run.run_dir}/result.json status/terminal_reason "
+                       f"{result.get('status')}/{result.get('terminal_reason')} != last "
+                       f"{types[last]} {reason}")
+    if manifest is not None and not ahead:
+        if manifest.model_usage:
+            _usage_compare(run, c, manifest, None)
+        elif not any(t in _WIND_DOWN for _i, t in picked) and not any(
+                objs[i].get("terminal_reason") == "token_budget_exceeded" for i in terminal):
+            _usage_compare(run, c, manifest,
+                           [objs[i].get("usage") for i, t in picked if t in _USAGE_EVENTS])
+        _wall_time_check(run, c, manifest)
+
+
+def _wall_time_check(run: RunData, c: _Collector, manifest: Any) -> None:
+    limits = (run.request or {}).get("limits") if isinstance(run.request, dict) else None
+    budget = limits.get("wall_time_seconds") if isinstance(limits, dict) else None
+    if isinstance(budget, (int, float)) and manifest.active_wall_time_seconds > budget + 1.0:
+        c.warn("wall_time_over_budget", f"{run.run_dir}/session.json active_wall_time_seconds"
+               f" {manifest.active_wall_time_seconds:.1f} > limit {budget}")

@@ -368,6 +368,8 @@ class Recorder:
     on_error: Callable[[Any, BaseException], dict[str, Any]]
     cacheable: Callable[[dict[str, Any]], bool]
     schema_version: int | str
+    clean: bool = False
+    """Read runs with ``read_run(clean=True)`` (``compute`` reads a clean log's columns)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,7 +397,8 @@ def audit_job(job: Job, held_keys: frozenset[str],
     try:
         run = read_run(job.run_dir, is_subagent=job.is_subagent,
                        parent_run_dir=job.parent_run_dir, events_prefix=prefix,
-                       decoded_out=decoded if job.key is not None else None)
+                       decoded_out=decoded if job.key is not None else None,
+                       clean=recorder.clean)
         record = recorder.compute(run)
     except Exception as exc:  # one bad run must not stop a fleet audit
         return recorder.on_error(loc, exc), None
@@ -410,6 +413,11 @@ def audit_job(job: Job, held_keys: frozenset[str],
         return record, None
     prefix_blob = None
     manifest = run.manifest or {}
+    if not decoded and run.fast is not None and run.events_bytes:
+        from .snapshot import clean_objects  # read as a clean log: no objects yet
+
+        if after.events_identity is not None and manifest.get("terminal") is not True:
+            decoded.append(clean_objects(run))
     if (run.events_bytes and decoded and after.events_identity is not None
             and manifest.get("terminal") is not True):
         p = make_prefix(run.events_bytes, decoded[0][0], decoded[0][1], after.events_identity)

@@ -115,7 +115,10 @@ class RunData:
     fast: Any = None
     """``columnar.Decoded`` when the run was read for columns (``read_run(columnar=True)``)
     and its log is on the fast path; ``lines`` and ``events`` are then empty and only the
-    columnar table builders may use the run (:func:`exact_run` gives the complete snapshot)."""
+    columnar table builders may use the run (:func:`exact_run` gives the complete snapshot).
+    ``cleanlog.CleanLog`` when read for the audit (``read_run(clean=True)``) and the log is
+    clean: ``lines``/``events`` are empty, every other field is complete, and the verdict
+    rules read the columns."""
 
     @property
     def run_path(self) -> str:
@@ -308,7 +311,7 @@ def _writer_lock(run_dir: str) -> tuple[str | None, bool]:
 def read_run(run_dir: str, *, is_subagent: bool = False,
              parent_run_dir: str | None = None, events_prefix: Any = None,
              decoded_out: list[Any] | None = None, source_root: str | None = None,
-             columnar: bool = False) -> RunData:
+             columnar: bool = False, clean: bool = False) -> RunData:
     """Read one run directory into a :class:`RunData`. Never raises for bad content.
 
     A live run is re-read until ``session.json`` and ``events.jsonl`` were not replaced
@@ -323,6 +326,12 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     (``columnar.decode``; engine not ``exact``), ``RunData.fast`` holds it and no per-line
     object is built. What no table needs is then not read: ``request.json`` and
     ``result.json`` (status ``not_read``), the listing and the writer lock.
+
+    ``clean=True`` (the audit): every file is read as usual, but when the log of a native
+    run is clean (``read.cleanlog.clean_log``; engine not ``exact``), ``RunData.fast`` holds
+    its columns and no per-line object is built; the verdict rules read the columns
+    (:func:`clean_objects` gives the objects, :func:`exact_run` the complete snapshot).
+    ``decoded_out`` then receives nothing.
     """
     # object-storage runs (``s3://...``) read through ``read.uri``; local paths as always
     read_file, lstat_identity, _listing, _writer_lock = _io_for(run_dir)
@@ -374,7 +383,24 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
 
         if engine() != "exact":
             fast = decode(events_bytes)
-    if fast is not None:
+    elif clean and events_bytes and events_prefix is None:
+        from .cleanlog import clean_log
+        from .columnar import engine
+
+        if engine() != "exact":
+            fast = clean_log(events_bytes)
+    if fast is not None and clean and not columnar:
+        kind = _kind(files, manifest, checkpoint, fast.envelopes, is_subagent)
+        if kind == "external":  # the columns are for native logs: build the objects
+            lines, events = fast_lines_and_events(fast.decoded, events_bytes) or _decode_events(
+                events_bytes)
+            fast = None
+            if decoded_out is not None:
+                decoded_out.append((lines, events))
+        else:
+            lines, events = [], []
+        run_id = _run_id(manifest, fast.envelopes if fast is not None else events, checkpoint)
+    elif fast is not None:
         lines, events = [], []
         envs = fast.envelopes
         kind = _kind(files, manifest, checkpoint, envs, is_subagent)
@@ -476,6 +502,15 @@ def fast_lines_and_events(dec: Any, data: bytes) -> tuple[list[Any], list[Any]] 
         lines.append(Line(line_no, pos, n, b"", True, "accepted", None, None, ()))
         pos += n + 1
     return lines, events
+
+
+def clean_objects(run: RunData) -> tuple[list[Line], list[Event]]:
+    """The ``(lines, events)`` of a run read with ``clean=True`` (what ``decoded_out`` of the
+    exact reading receives: the objects before the kind-dependent warnings)."""
+    if run.fast is None:
+        return run.lines, run.events
+    built = fast_lines_and_events(run.fast.decoded, run.events_bytes or b"")
+    return built if built is not None else _decode_events(run.events_bytes)
 
 
 def exact_run(run: RunData) -> RunData:

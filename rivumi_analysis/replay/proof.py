@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from ..read.cleanlog import CleanLog
+from ..read.columnar import MAX_BRACKETS
 from ..read.snapshot import RunData
 from .runner import MAX_EVENTS, replay_verdict
 
@@ -69,6 +71,33 @@ def replay_accepts_fast(run: RunData, envelope_ok: bool) -> bool:
     return True
 
 
+def clean_replay_accepts(log: CleanLog) -> bool:
+    """:func:`replay_accepts_fast` for a clean log (``read.cleanlog``), over its columns.
+
+    A clean log already holds every per-line condition above (each line an accepted event
+    with no warning, newline-terminated, no ``\\u0000`` or surrogate escape, event types
+    and run ids printable ASCII, at most ``MAX_BRACKETS`` = 199 brackets in each ``data``);
+    what is left is the event count, unique sequences, one ``run_id`` and the long-line
+    bound (a line's brackets: its own ``{``, its ``data``'s, and any in its envelope strings).
+    """
+    seqs = log.sequences
+    n = len(seqs)
+    if not n or n > MAX_EVENTS or len(set(seqs)) != n:
+        return False
+    if log.run_ids.count(log.run_ids[0]) != n:
+        return False
+    if log.longest_line <= 800:
+        return True
+    if log.longest_line > 4000:
+        return False
+    if 1 + MAX_BRACKETS + log.envelope_brackets <= 400:
+        return True
+    for line in log.data.split(b"\n"):
+        if len(line) > 800 and line.count(b"{") + line.count(b"[") > 400:
+            return False
+    return True
+
+
 def run_replay_verdict(run: RunData) -> tuple[bool, str | None]:
     """``(replay_accepts, replay_error)`` for a loaded run: the proof, else the exact engine.
 
@@ -76,6 +105,9 @@ def run_replay_verdict(run: RunData) -> tuple[bool, str | None]:
     >>> run_replay_verdict(read_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e"))
     (True, None)
     """
-    if replay_accepts_fast(run, envelopes_ok(run)):
+    if isinstance(run.fast, CleanLog):
+        if clean_replay_accepts(run.fast):
+            return True, None
+    elif replay_accepts_fast(run, envelopes_ok(run)):
         return True, None
     return replay_verdict(run.events_bytes, run.events_status, run.run_dir)

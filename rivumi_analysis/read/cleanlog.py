@@ -1,0 +1,112 @@
+"""A clean native log as columns, for the audit: no per-event object, no second walk.
+
+:func:`clean_log` accepts an ``events.jsonl`` only when the columnar fast path
+(:func:`rivumi_analysis.read.columnar.decode`) accepts the file AND every per-event check of
+the object builder (``snapshot.fast_lines_and_events``) passes, checked here over whole
+columns at once (one regular-expression match over all timestamps, one over all envelope
+strings, C-level scans for line lengths and nesting). Such a file is read by the exact path
+as: every physical line an accepted event with no warning, no blank or quarantined line; and
+by resume's reader as exactly those lines, each a valid RunEvent. So the verdict needs only
+the envelope columns (sequence, type, run/task id), and the parsed ``data`` of the few event
+types the rules read. ``rivumi_analysis.resume`` and ``rivumi_analysis.audit`` compute the
+record from it; ``tests/test_cleanlog.py`` proves the record equal to the exact path's.
+
+>>> line = (b'{"created_at":"2026-08-20T21:02:47.879324Z","data":{"step":1},"event_id":"e",'
+...         b'"event_type":"model.requested","run_id":"r","sequence":0,"task_id":"t"}\\n')
+>>> log = clean_log(line)
+>>> len(log), log.sequences, log.event_types, log.offset(0)
+(1, [0], ['model.requested'], 0)
+>>> clean_log(line.replace(b"T21:", b"T24:")) is None  # hour 24: the exact path decides
+True
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .columnar import MAX_BRACKETS, REPLAY_LINE_LIMIT, Decoded, decode
+from .fast_models import VALID_DATE
+
+# the runner's timestamp (6 fraction digits, or none) with a real date and time, one per line
+_TIMESTAMPS = re.compile(
+    r"(?:" + VALID_DATE.pattern
+    + r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{6})?Z\n)*")
+# envelope strings replay and resume read alike: printable ASCII, no space, one per line
+_PLAIN = re.compile(r"(?:[!-~]+\n)*")
+
+
+@dataclass(frozen=True, slots=True)
+class CleanLog:
+    """A log the exact path reads as ``len(self)`` accepted, warning-free events.
+
+    Attributes:
+        decoded: the columnar decode (envelope Structs and every parsed ``data`` dict).
+        data: the file's bytes.
+        sequences, event_types, run_ids, task_ids: the envelope columns, in line order.
+        longest_line: at least the longest line's length in bytes (exact when the file is
+            over 800 bytes).
+        envelope_brackets: ``{`` and ``[`` in all envelope strings (ids, types) together.
+    """
+
+    decoded: Decoded
+    data: bytes
+    sequences: list[int]
+    event_types: list[str]
+    run_ids: list[str]
+    task_ids: list[str | None]
+    longest_line: int
+    envelope_brackets: int
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    @property
+    def envelopes(self) -> list[Any]:
+        return self.decoded.envelopes
+
+    @property
+    def objects(self) -> list[dict[str, Any]]:
+        """The parsed ``data`` object of every event."""
+        return self.decoded.objects
+
+    def offset(self, index: int) -> int:
+        """Byte offset of event ``index`` (0-based; its line number is ``index + 1``)."""
+        return sum(map(len, self.data.split(b"\n", index)[:index])) + index
+
+
+def clean_log(data: bytes | None) -> CleanLog | None:
+    """The columns of ``data`` when it is a clean log (see the module), else None."""
+    if not data:
+        return None
+    dec = decode(data)
+    if dec is None:
+        return None
+    envs = dec.envelopes
+    n = len(envs)
+    # every line within replay's limit (the file is one line per envelope, exactly)
+    longest = max(map(len, data.split(b"\n"))) if len(data) > 800 else len(data) - 1
+    if longest > REPLAY_LINE_LIMIT:
+        return None
+    # at most MAX_BRACKETS '{'/'[' in each data value: the whole file minus each line's own
+    # '{' bounds every one of them; only when it does not are the values counted one by one
+    if data.count(b"{") + data.count(b"[") - n > MAX_BRACKETS:
+        for e in envs:
+            raw = e.data
+            if len(raw) > MAX_BRACKETS:
+                b = bytes(raw)
+                if b.count(b"{") + b.count(b"[") > MAX_BRACKETS:
+                    return None
+    stamps = "\n".join([e.created_at for e in envs]) + "\n"
+    if _TIMESTAMPS.fullmatch(stamps) is None or ".000000Z" in stamps:
+        return None
+    types = [e.event_type for e in envs]
+    run_ids = [e.run_id for e in envs]
+    task_ids = [e.task_id for e in envs]
+    plain = "\n".join([*types, *run_ids, *[e.event_id for e in envs],
+                       *[t for t in task_ids if t is not None]]) + "\n"
+    if _PLAIN.fullmatch(plain) is None:
+        return None
+    return CleanLog(dec, data, [e.sequence for e in envs], types, run_ids, task_ids, longest,
+                    plain.count("{") + plain.count("["))
