@@ -196,12 +196,14 @@ def audit(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEPTH,
     """
     from .read.cache import AuditCache, run_fleet
 
-    found = discover(source, max_depth=max_depth)
     use_cache = cache if cache is not None else cache_dir is not None
+    # with the cache, each run folder's listing from discovery is its fingerprint's listing
+    listings: dict[str, list[str]] | None = {} if use_cache else None
+    found = discover(source, max_depth=max_depth, listings=listings)
     store = AuditCache(cache_dir, schema_version=SCHEMA_VERSION) if use_cache else None
     try:
         records = run_fleet(found.runs, recorder=RECORDER, jobs=jobs, cache=store,
-                            progress=progress)
+                            progress=progress, listings=listings)
     finally:
         if store is not None:
             store.close()

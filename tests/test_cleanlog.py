@@ -156,7 +156,8 @@ def test_generated_logs(picks: list[tuple[int, str]], tail_mutation: str, renumb
 
 
 def test_verdict_mutations_stay_clean_and_equal() -> None:
-    """The verdict-level mutations are read as columns (so the rules above are exercised)."""
+    """The verdict-level mutations are read as columns (so the rules above are exercised),
+    except 250 brackets in a run id (over the per-line bracket bound: the exact path)."""
     body = LINES[:12]
     for name, mut in VERDICT_MUTATIONS.items():
         for where in (0, 5, 11):
@@ -164,4 +165,4 @@ def test_verdict_mutations_stay_clean_and_equal() -> None:
             lines[where] = mut(lines[where])
             exact, fast, was_clean = records(_write(b"".join(lines), 0))
             assert fast == exact, (name, where)
-            assert was_clean, name
+            assert was_clean == (name != "brackets_in_run_id"), name

@@ -129,15 +129,20 @@ class Fingerprint:
     events_identity: tuple[int, int] | None  # (inode, device) of a regular events.jsonl
 
 
-def fingerprint(run_dir: str, held_keys: frozenset[str]) -> Fingerprint | None:
-    """Fingerprint a run folder (``None`` when it cannot be listed: never cached)."""
+def fingerprint(run_dir: str, held_keys: frozenset[str],
+                names: list[str] | None = None) -> Fingerprint | None:
+    """Fingerprint a run folder (``None`` when it cannot be listed: never cached).
+
+    ``names``: the folder's entries as discovery just listed them (``discover(listings=)``),
+    so it is not listed a second time; the same fingerprint as listing it now.
+    """
     try:
         dfd = os.open(run_dir, _DIR_FLAGS)
     except OSError:
         return None
     try:
         top = os.fstat(dfd)
-        names = sorted(os.listdir(dfd))
+        names = sorted(os.listdir(dfd) if names is None else names)
         parts: list[Any] = [top.st_dev, top.st_ino, top.st_mode]
         newest = 0
         events_identity = None
@@ -465,8 +470,13 @@ def _pool_context() -> Any:
 
 
 def run_fleet(locations: list[Any], *, recorder: Recorder, jobs: int | None,
-              cache: AuditCache | None, progress: Any = None) -> list[dict[str, Any]]:
-    """Audit every location: cache hits are reused, misses are read (in a pool when large)."""
+              cache: AuditCache | None, progress: Any = None,
+              listings: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
+    """Audit every location: cache hits are reused, misses are read (in a pool when large).
+
+    ``listings``: run folder -> entry names, as discovery listed them (see
+    :func:`fingerprint`)."""
+    listings = listings or {}
     held = proc_locked_keys() if cache is not None else frozenset()
     records: list[dict[str, Any] | None] = [None] * len(locations)
     todo: list[tuple[int, Job]] = []
@@ -478,7 +488,8 @@ def run_fleet(locations: list[Any], *, recorder: Recorder, jobs: int | None,
     hits = 0
     for i, loc in enumerate(locations):
         key = keys[i]
-        fp = fingerprint(loc.run_dir, held) if key is not None else None
+        fp = (fingerprint(loc.run_dir, held, listings.get(loc.run_dir)) if key is not None
+              else None)
         ent = entries.get(key) if key is not None else None
         if fp is not None and ent is not None and ent.fp == fp.blob:
             rec = decode_record(ent.record)

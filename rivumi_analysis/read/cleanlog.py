@@ -33,6 +33,7 @@ from .fast_models import VALID_DATE
 _TIMESTAMPS = re.compile(
     r"(?:" + VALID_DATE.pattern
     + r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{6})?Z\n)*")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"{[\n")
 # envelope strings replay and resume read alike: printable ASCII, no space, one per line
 _PLAIN = re.compile(r"(?:[!-~]+\n)*")
 
@@ -47,7 +48,7 @@ class CleanLog:
         sequences, event_types, run_ids, task_ids: the envelope columns, in line order.
         longest_line: at least the longest line's length in bytes (exact when the file is
             over 800 bytes).
-        envelope_brackets: ``{`` and ``[`` in all envelope strings (ids, types) together.
+        most_brackets: the most ``{`` and ``[`` bytes on one line (at most 200).
     """
 
     decoded: Decoded
@@ -57,7 +58,7 @@ class CleanLog:
     run_ids: list[str]
     task_ids: list[str | None]
     longest_line: int
-    envelope_brackets: int
+    most_brackets: int
 
     def __len__(self) -> int:
         return len(self.sequences)
@@ -84,20 +85,15 @@ def clean_log(data: bytes | None) -> CleanLog | None:
     if dec is None:
         return None
     envs = dec.envelopes
-    n = len(envs)
     # every line within replay's limit (the file is one line per envelope, exactly)
     longest = max(map(len, data.split(b"\n"))) if len(data) > 800 else len(data) - 1
     if longest > REPLAY_LINE_LIMIT:
         return None
-    # at most MAX_BRACKETS '{'/'[' in each data value: the whole file minus each line's own
-    # '{' bounds every one of them; only when it does not are the values counted one by one
-    if data.count(b"{") + data.count(b"[") - n > MAX_BRACKETS:
-        for e in envs:
-            raw = e.data
-            if len(raw) > MAX_BRACKETS:
-                b = bytes(raw)
-                if b.count(b"{") + b.count(b"[") > MAX_BRACKETS:
-                    return None
+    # at most MAX_BRACKETS '{'/'[' in each data value: a line holds its own '{', its data's
+    # and any in its envelope strings, so at most MAX_BRACKETS + 1 per line bounds them all
+    brackets = max(map(len, data.translate(None, _NOT_BRACKETS).split(b"\n")))
+    if brackets > MAX_BRACKETS + 1:
+        return None
     stamps = "\n".join([e.created_at for e in envs]) + "\n"
     if _TIMESTAMPS.fullmatch(stamps) is None or ".000000Z" in stamps:
         return None
@@ -109,4 +105,4 @@ def clean_log(data: bytes | None) -> CleanLog | None:
     if _PLAIN.fullmatch(plain) is None:
         return None
     return CleanLog(dec, data, [e.sequence for e in envs], types, run_ids, task_ids, longest,
-                    plain.count("{") + plain.count("["))
+                    brackets)

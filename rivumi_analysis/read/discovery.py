@@ -146,11 +146,16 @@ def _is_run_dir(names: set[str]) -> bool:
     return any(m in names for m in RUN_MARKERS)
 
 
-def discover(source: Source | None, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Discovery:
+def discover(source: Source | None, *, max_depth: int = DEFAULT_MAX_DEPTH,
+             listings: dict[str, list[str]] | None = None) -> Discovery:
     """Find every run directory below ``source``.
 
     A source path that is itself a run is used as given (even when it is a symlink). Below
     it, dot-names are skipped silently and symlinks are listed under ``skipped``.
+
+    ``listings``, when given, receives the sorted entry names of every local run folder as
+    discovery listed them (the audit cache fingerprints a run from them instead of listing
+    the folder a second time).
 
     Raises:
         SourceError: a missing source, a regular file, or no default root.
@@ -163,7 +168,8 @@ def discover(source: Source | None, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Di
     for top in paths:
         if "://" not in top:
             root = os.path.realpath(top)
-            _walk(root, 0, max_depth, runs, skipped, seen, is_top=True, source_root=root)
+            _walk(root, 0, max_depth, runs, skipped, seen, is_top=True, source_root=root,
+                  listings=listings)
     uris = [p for p in paths if "://" in p]
     if uris:
         from .uri import discover_uris
@@ -185,7 +191,8 @@ def discover_listing(listing: str) -> Discovery:
 
 
 def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
-          skipped: list[Skipped], seen: set[str], *, is_top: bool, source_root: str) -> None:
+          skipped: list[Skipped], seen: set[str], *, is_top: bool, source_root: str,
+          listings: dict[str, list[str]] | None = None) -> None:
     entries = _entries(path)
     if entries is None:
         skipped.append(Skipped(path, "unreadable"))
@@ -197,8 +204,10 @@ def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
             # a source that is itself a run: its path is relative to the folder holding it
             root = os.path.dirname(path) if is_top else source_root
             runs.append(RunLocation(path, source_root=root))
+            if listings is not None:
+                listings[path] = [e.name for e in entries]
             _walk_subagents(path, entries, runs, skipped, seen, depth=0, max_depth=max_depth,
-                            source_root=root)
+                            source_root=root, listings=listings)
         return
     for e in entries:
         if e.name.startswith("."):
@@ -212,7 +221,7 @@ def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
                 skipped.append(Skipped(child, "depth_limit"))
             else:
                 _walk(child, depth + 1, max_depth, runs, skipped, seen, is_top=False,
-                      source_root=source_root)
+                      source_root=source_root, listings=listings)
         elif kind == "other":
             skipped.append(Skipped(child, "not_regular"))
         # regular files in a non-run folder are simply not runs
@@ -220,7 +229,8 @@ def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
 
 def _walk_subagents(run_dir: str, entries: list[os.DirEntry[str]], runs: list[RunLocation],
                     skipped: list[Skipped], seen: set[str], *, depth: int,
-                    max_depth: int, source_root: str | None = None) -> None:
+                    max_depth: int, source_root: str | None = None,
+                    listings: dict[str, list[str]] | None = None) -> None:
     sub = next((e for e in entries if e.name == "subagents"), None)
     if sub is None:
         return
@@ -259,8 +269,10 @@ def _walk_subagents(run_dir: str, entries: list[os.DirEntry[str]], runs: list[Ru
         seen.add(child)
         runs.append(RunLocation(child, is_subagent=True, parent_run_dir=run_dir,
                                 source_root=source_root))
+        if listings is not None:
+            listings[child] = [e.name for e in grand]
         _walk_subagents(child, grand, runs, skipped, seen, depth=depth + 1, max_depth=max_depth,
-                        source_root=source_root)
+                        source_root=source_root, listings=listings)
 
 
 def _entry_kind(e: os.DirEntry[str]) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 
 from ..read.cleanlog import CleanLog
-from ..read.columnar import MAX_BRACKETS
 from ..read.snapshot import RunData
 from .runner import MAX_EVENTS, replay_verdict
 
@@ -76,9 +75,8 @@ def clean_replay_accepts(log: CleanLog) -> bool:
 
     A clean log already holds every per-line condition above (each line an accepted event
     with no warning, newline-terminated, no ``\\u0000`` or surrogate escape, event types
-    and run ids printable ASCII, at most ``MAX_BRACKETS`` = 199 brackets in each ``data``);
-    what is left is the event count, unique sequences, one ``run_id`` and the long-line
-    bound (a line's brackets: its own ``{``, its ``data``'s, and any in its envelope strings).
+    and run ids printable ASCII); what is left is the event count, unique sequences, one
+    ``run_id`` and the long-line bounds.
     """
     seqs = log.sequences
     n = len(seqs)
@@ -86,16 +84,7 @@ def clean_replay_accepts(log: CleanLog) -> bool:
         return False
     if log.run_ids.count(log.run_ids[0]) != n:
         return False
-    if log.longest_line <= 800:
-        return True
-    if log.longest_line > 4000:
-        return False
-    if 1 + MAX_BRACKETS + log.envelope_brackets <= 400:
-        return True
-    for line in log.data.split(b"\n"):
-        if len(line) > 800 and line.count(b"{") + line.count(b"[") > 400:
-            return False
-    return True
+    return log.longest_line <= 4000 and log.most_brackets <= 400
 
 
 def run_replay_verdict(run: RunData) -> tuple[bool, str | None]:
