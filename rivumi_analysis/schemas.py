@@ -747,11 +747,13 @@ class StatesSchema(_Base):
         "Time from run.created (or the first event) to this event: the plain elapsed span "
         "(= runs_df ended_at - started_at at the last row).", "derived: created_at",
         SECONDS, nullable=True)
-    approval_wait_seconds: pl.Float64 = _col("Time spent waiting for approval decisions so "
-                                             "far (open ones up to this event).",
-                                             "derived: approval.* created_at", SECONDS, ge=0)
+    approval_wait_seconds: pl.Float64 = _col(
+        "Time spent waiting for approval decisions so far (open ones up to this event). A "
+        "wait whose timestamps go backwards (resolved stamped before requested) counts as "
+        "0, never negative (§10.3).", "derived: approval.* created_at", SECONDS, ge=0)
     resume_downtime_seconds: pl.Float64 = _col(
-        "Outage time before each session.resumed (last event before it to the resume).",
+        "Outage time before each session.resumed (last event before it to the resume; "
+        "0 when the timestamps go backwards).",
         "derived: created_at", SECONDS, ge=0)
     charged_wall_seconds: pl.Float64 = _col(
         "The runner's charged wall time of the current turn, replayed (§10.3): elapsed "

@@ -277,7 +277,7 @@ class RunState:
 
     def open_approval_seconds(self) -> float:
         """Time the still-open approvals have waited, up to the latest event."""
-        return sum(_seconds(t, self.last_time) or 0.0 for _, t in self.open_approvals)
+        return sum(_wait(t, self.last_time) for _, t in self.open_approvals)
 
     def wall_elapsed_seconds(self) -> float | None:
         """Wall-clock time from ``run.created`` (or the first event) to the latest event."""
@@ -314,6 +314,15 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     return (end - start).total_seconds()
 
 
+def _wait(start: datetime | None, end: datetime | None) -> float:
+    """An approval wait from two timestamps, never negative (docs/run-format.md §10.3).
+
+    The runner times waits with a monotonic clock; log timestamps that go backwards (naive,
+    numeric or other-offset ``created_at`` values) count as no wait, as resume downtime does.
+    """
+    return max(0.0, _seconds(start, end) or 0.0)
+
+
 def initial_state() -> RunState:
     """The state before any event.
 
@@ -336,7 +345,7 @@ def _close_approval(s: RunState, request_id: Any, when: datetime | None,
     keep = tuple(a for a in opened if a[0] != request_id)
     if len(keep) == len(opened):
         return
-    waited = sum(_seconds(t, when) or 0.0 for rid, t in opened if rid == request_id)
+    waited = sum(_wait(t, when) for rid, t in opened if rid == request_id)
     changes["open_approvals"] = keep
     changes["approval_wait_seconds"] = changes.get(
         "approval_wait_seconds", s.approval_wait_seconds) + waited
@@ -449,7 +458,7 @@ def apply_event(state: RunState, event: ReducerEvent) -> Transition:
             # was paused, so neither the wait up to the crash nor the outage is charged.
             c["downtime_in_approval_turn_seconds"] = (
                 s.downtime_in_approval_turn_seconds + max(0.0, gap))
-            waited = sum(_seconds(t, s.last_time) or 0.0 for _, t in s.open_approvals)
+            waited = sum(_wait(t, s.last_time) for _, t in s.open_approvals)
             c["approval_wait_seconds"] = s.approval_wait_seconds + waited
             c["approval_wait_turn_seconds"] = s.approval_wait_turn_seconds + waited
             c["open_approvals"] = ()

@@ -259,7 +259,7 @@ def _approval_scan(evs: Sequence[Event], idx: Sequence[int], t_us: Sequence[int 
             if is_open and et == "session.resumed":
                 lp = last_prev[i]
                 waited = (lp - open_t) / _US if lp is not None and open_t is not None else None
-                a_wait[i] = waited or 0.0
+                a_wait[i] = max(0.0, waited or 0.0)  # never negative, as in the reducer
                 gap = (t_us[i] - lp) / _US if lp is not None and t_us[i] is not None else None
                 a_down[i] = max(0.0, gap or 0.0)
             is_open = False
@@ -267,7 +267,7 @@ def _approval_scan(evs: Sequence[Event], idx: Sequence[int], t_us: Sequence[int 
         elif is_open and open_rid == e.data.get("request_id"):  # resolved / abandoned
             when = t_us[i]
             waited = (when - open_t) / _US if when is not None and open_t is not None else None
-            a_wait[i] = waited or 0.0
+            a_wait[i] = max(0.0, waited or 0.0)  # backwards timestamps: no wait (§10.3)
             is_open = False
             a_open[i] = 0
     return None
