@@ -8,5 +8,7 @@ dataset layout (``OUT/<table>/kind=<kind>/part-<key>.parquet``) that ``export`` 
 from __future__ import annotations
 
 from .build import TABLES, build_frames, build_tables, write_parts
+from .core import ChunkExecutor, ChunkResult, ChunkTask, local_executor, open_store, run_chunk
 
-__all__ = ["TABLES", "build_frames", "build_tables", "write_parts"]
+__all__ = ["TABLES", "ChunkExecutor", "ChunkResult", "ChunkTask", "build_frames",
+           "build_tables", "local_executor", "open_store", "run_chunk", "write_parts"]

@@ -39,7 +39,7 @@ import shutil
 import stat
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -278,13 +278,16 @@ class Store:
 
     def refresh(self, locations: Sequence[RunLocation], *, sources: Sequence[str] = (),
                 max_depth: int = DEFAULT_MAX_DEPTH, verify: bool = False,
-                compact: bool = False, jobs: int | None = None) -> Manifest:
+                compact: bool = False, jobs: int | None = None,
+                executor: ChunkExecutor | None = None) -> Manifest:
         """Bring the store up to date with ``locations`` (the discovered fleet).
 
         Reads only what changed (see the module docstring); takes the lock only to write.
         ``verify`` also checks every part file's BLAKE2b (not only its size and mtime).
         ``compact`` also rewrites every part holding superseded rows, so the files hold
         exactly the live rows (for tools that read them directly, e.g. DuckDB).
+        ``executor`` runs the chunks of runs to re-read (default :func:`local_executor`;
+        the distributed engine passes one that runs :func:`run_chunk` on a cluster).
         """
         t0 = time.perf_counter()
         locs = list(locations)
@@ -313,7 +316,8 @@ class Store:
             for r in removed:
                 runs.pop(r, None)
             written = 0
-            for key, part, entries in self._write_chunks(gen, todo, fps, jobs):
+            for key, part, entries in self._write_chunks(gen, todo, fps, jobs,
+                                                               executor):
                 parts[key] = part
                 runs.update(entries)
                 written += 1
@@ -344,35 +348,38 @@ class Store:
         return newest
 
     def _write_chunks(self, gen: int, todo: list[RunLocation], fps: dict[str, Any],
-                      jobs: int | None) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
-        """Read and write the runs to re-read, a part per :data:`PART_RUNS` runs; several
-        parts are built in worker processes (each reads its runs once and writes its part).
-        Workers are spawned, never forked: polars' thread pool may hold a lock at fork time."""
-        import multiprocessing as mp
+                      jobs: int | None, executor: ChunkExecutor | None = None,
+                      ) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+        """Read and write the runs to re-read, a part per :data:`PART_RUNS` runs.
 
+        Each :class:`ChunkTask` is run by ``executor`` (default :func:`local_executor`:
+        worker processes for several chunks, in-process for one)."""
         from ..read.cache import default_jobs
 
         size = PART_RUNS
         n_jobs = default_jobs() if jobs is None else max(1, jobs)
         if n_jobs > 1 and len(todo) > PARALLEL_MIN_RUNS:
             size = min(PART_RUNS, max(PARALLEL_MIN_RUNS // 2, -(-len(todo) // n_jobs)))
-        chunks = [(f"g{gen:07d}-{i // size:04d}", todo[i:i + size])
-                  for i in range(0, len(todo), size)]
-        args = [(self.directory, key, chunk, {loc.run_dir: fps.get(loc.run_dir)
-                                              for loc in chunk}) for key, chunk in chunks]
-        if n_jobs > 1 and len(chunks) > 1:
-            from concurrent.futures import ProcessPoolExecutor
-
-            with ProcessPoolExecutor(max_workers=min(n_jobs, len(chunks)),
-                                     mp_context=mp.get_context("spawn")) as ex:
-                futs = [ex.submit(_chunk_job, *a) for a in args]
-                for (key, _chunk), fut in zip(chunks, futs, strict=True):
-                    part, entries = fut.result()
-                    yield key, self._stamped(part), entries
+        tasks = [ChunkTask(self.directory, f"g{gen:07d}-{i // size:04d}", tuple(todo[i:i + size]),
+                           {loc.run_dir: _fp_blob(fps.get(loc.run_dir))
+                            for loc in todo[i:i + size]})
+                 for i in range(0, len(todo), size)]
+        if executor is None:
+            results: Iterable[ChunkResult] = local_executor(tasks, jobs=n_jobs)
         else:
-            for (key, _chunk), a in zip(chunks, args, strict=True):
-                part, entries = _chunk_job(*a)
-                yield key, self._stamped(part), entries
+            results = executor(tasks)
+        pending = {t.key: t for t in tasks}
+        for res in results:
+            task = pending.pop(res.key, None)
+            if task is None or set(res.part["runs"]) != {loc.run_dir for loc in task.locations}:
+                raise StoreError(f"chunk executor returned an unexpected result {res.key!r}",
+                                 code="store_failed", where=self.directory,
+                                 hint="an executor must return one ChunkResult per task")
+            yield res.key, self._stamped(res.part), res.entries
+        if pending:
+            raise StoreError(f"chunk executor returned no result for {sorted(pending)}",
+                             code="store_failed", where=self.directory,
+                             hint="an executor must return one ChunkResult per task")
 
     def _stamped(self, part: dict[str, Any]) -> dict[str, Any]:
         return {**part, "files": [self._stamp(f) for f in part["files"]]}
@@ -461,29 +468,88 @@ def _dirty(m: Manifest) -> bool:
     return any(_dirty_part(m, k) for k in m.parts)
 
 
-def _chunk_job(directory: str, key: str, chunk: list[RunLocation],
-               fps: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Read some runs once, write their part; return the part and the runs' entries."""
-    data = read_runs(chunk)
+@dataclass(frozen=True, slots=True)
+class ChunkTask:
+    """One chunk of runs to read and write as one part (picklable; see :func:`run_chunk`).
+
+    Attributes:
+        directory: the store folder (workers write into it: it must be reachable at the same
+            path from wherever the task runs).
+        key: the part key (``g<generation>-<n>``); the same key overwrites the same files.
+        locations: the runs, in discovery order.
+        fingerprints: ``run_dir`` -> the store's fingerprint of the run taken before the
+            read (``None``: could not be listed); a read that changed it is marked volatile.
+    """
+
+    directory: str
+    key: str
+    locations: tuple[RunLocation, ...]
+    fingerprints: dict[str, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkResult:
+    """What :func:`run_chunk` wrote: ``part`` = ``{"runs": [run_dir...], "files": [...]}``
+    (``write_parts``' file entries) and ``entries`` = ``run_dir`` -> manifest entry."""
+
+    key: str
+    part: dict[str, Any]
+    entries: dict[str, Any]
+
+
+ChunkExecutor = Callable[[Sequence[ChunkTask]], Iterable[ChunkResult]]
+"""Runs chunk tasks (e.g. on a cluster): one :class:`ChunkResult` per task, any order."""
+
+
+def run_chunk(task: ChunkTask) -> ChunkResult:
+    """Read a chunk's runs once, write their part, return it (what an executor calls).
+
+    Pure apart from writing the part files under ``task.directory`` (deterministic names,
+    atomic renames): safe to retry.
+    """
+    data = read_runs(task.locations)
     frames = build_frames(data)
     held = _held_keys()
     racy = time.time_ns() - int(RACY_SECONDS * 1e9)
     kinds: dict[str, str] = {}
     entries: dict[str, Any] = {}
-    for loc, run in zip(chunk, data, strict=True):
-        fp = fps.get(loc.run_dir)
+    for loc, run in zip(task.locations, data, strict=True):
+        fp = task.fingerprints.get(loc.run_dir)
         after = fingerprint(loc.run_dir, held)
-        volatile = (fp is None or after is None or after.blob != fp.blob
+        volatile = (fp is None or after is None or after.blob != fp
                     or run.writer_active or run.live_changed or after.newest_mtime_ns > racy)
         kinds[loc.run_dir] = run.kind or "unknown"
         entries[loc.run_dir] = {"sub": loc.is_subagent, "parent": loc.parent_run_dir,
-                                "root": loc.source_root,
-                                "fp": fp.blob if fp is not None else None, "part": key,
+                                "root": loc.source_root, "fp": fp, "part": task.key,
                                 "volatile": volatile, "kind": run.kind or "unknown",
                                 "writer_active": run.writer_active}
     del data
-    out = write_parts(frames, directory, key, kinds=kinds)
-    return {"runs": [loc.run_dir for loc in chunk], "files": out["files"]}, entries
+    out = write_parts(frames, task.directory, task.key, kinds=kinds)
+    return ChunkResult(task.key, {"runs": [loc.run_dir for loc in task.locations],
+                                  "files": out["files"]}, entries)
+
+
+def local_executor(tasks: Sequence[ChunkTask], *, jobs: int | None = None,
+                   ) -> Iterator[ChunkResult]:
+    """The default executor: in this process for one task, else spawned worker processes
+    (never forked: polars' thread pool may hold a lock at fork time)."""
+    from ..read.cache import default_jobs
+
+    n_jobs = default_jobs() if jobs is None else max(1, jobs)
+    if n_jobs > 1 and len(tasks) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(n_jobs, len(tasks)),
+                                 mp_context=mp.get_context("spawn")) as ex:
+            yield from ex.map(run_chunk, tasks)
+    else:
+        for task in tasks:
+            yield run_chunk(task)
+
+
+def _fp_blob(fp: Any) -> bytes | None:
+    return None if fp is None else fp.blob
 
 
 # --- opening a store for a source -------------------------------------------------------------
@@ -512,8 +578,13 @@ def resolve_store_dir(source: Source | None, store_dir: str | os.PathLike[str] |
 
 def open_store(source: Source | None = None, *, store_dir: str | os.PathLike[str] | None = None,
                max_depth: int = DEFAULT_MAX_DEPTH, verify: bool = False,
-               compact: bool = False, hook: Hook | None = None) -> Opened:
+               compact: bool = False, hook: Hook | None = None,
+               executor: ChunkExecutor | None = None, jobs: int | None = None) -> Opened:
     """Discover ``source``, refresh its store and return it with the fresh manifest.
+
+    ``executor`` runs the chunks of runs to (re-)read: a callable taking a list of
+    :class:`ChunkTask` and returning one :class:`ChunkResult` per task (e.g. ``run_chunk``
+    on a cluster); default: local worker processes (``jobs``).
 
     Raises:
         SourceError: as the loaders do (missing source, regular file, no default root).
@@ -524,7 +595,7 @@ def open_store(source: Source | None = None, *, store_dir: str | os.PathLike[str
     store = Store(d, hook=hook)
     try:
         m = store.refresh(found.runs, sources=tops, max_depth=max_depth, verify=verify,
-                          compact=compact)
+                          compact=compact, jobs=jobs, executor=executor)
     except OSError as exc:
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
                          errno.ENOTDIR, errno.EEXIST):
