@@ -18,7 +18,7 @@ from ._version import __version__
 # table has a lazy twin scan_<table> over the store.
 _STORE = "rivumi_analysis.store.loaders"
 _TABLES = ("runs", "events", "quarantine", "manifests", "tool_calls", "approvals",
-           "model_calls", "usage", "verifications", "states", "drift", "forks")
+           "model_calls", "usage", "verifications", "states", "drift", "forks", "messages")
 _LAZY = {
     "runs_df": _STORE,
     "events_df": _STORE,
@@ -32,9 +32,9 @@ _LAZY = {
     "states_df": _STORE,
     "drift_df": _STORE,
     "forks_df": _STORE,
+    "messages_df": _STORE,
     **{f"scan_{t}": _STORE for t in _TABLES},
     "open_store": "rivumi_analysis.store.core",
-    "messages_df": "rivumi_analysis.tables.messages",
     "search": "rivumi_analysis.text_search",
     "audit_run": "rivumi_analysis.audit",
     "load_fleet": "rivumi_analysis.read.snapshot",

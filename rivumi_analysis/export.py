@@ -56,12 +56,10 @@ REDACT_DROP = {"approvals": frozenset({"policy_reason"})}
 
 def build_tables(runs: list[Any]) -> dict[str, Any]:
     """Every exported table (polars DataFrames), built from one list of ``RunData`` snapshots:
-    the store's tables (``store.build.build_frames``) plus ``messages``."""
+    the store's tables (``store.build.build_frames``, ``messages`` included)."""
     from .store.build import build_frames
-    from .tables.messages import messages_frame
 
     tables = build_frames(runs)
-    tables["messages"] = messages_frame(runs)
     return {t: tables[t] for t in TABLES}
 
 

@@ -38,7 +38,8 @@ def _snippet(text: str, rx: re.Pattern[str]) -> str:
 
 
 def search(source: Any, pattern: str, *, tables: tuple[str, ...] | list[str] | None = None,
-           ignore_case: bool = False, max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
+           ignore_case: bool = False, max_depth: int = DEFAULT_MAX_DEPTH,
+           cache: bool | None = None, store_dir: Any = None) -> pl.DataFrame:
     """Every place ``pattern`` (a regular expression) matches, one row per (row, column).
 
     Args:
@@ -50,6 +51,9 @@ def search(source: Any, pattern: str, *, tables: tuple[str, ...] | list[str] | N
             (transcript content and tool calls) to search; default all three.
         ignore_case: match case-insensitively.
         max_depth: discovery depth limit.
+        cache: read the tables through the Parquet store (default: as the ``*_df`` loaders;
+            ``False``: in memory; a fleet from ``load_fleet`` is always searched in memory).
+        store_dir: the store folder (default: under the user cache dir, keyed by source).
 
     Returns:
         A DataFrame with ``run_dir``, ``run_id``, ``table``, ``sequence`` (of the event; for
@@ -71,10 +75,18 @@ def search(source: Any, pattern: str, *, tables: tuple[str, ...] | list[str] | N
         raise ValueError(f"invalid pattern {pattern!r}: {exc}") from None
     from .read.snapshot import Fleet, load_fleet
 
-    fleet = source if isinstance(source, Fleet) else load_fleet(source, max_depth=max_depth)
+    frames = None
+    if not isinstance(source, Fleet):
+        from .store.loaders import load_tables
+
+        frames = load_tables(names, source, max_depth=max_depth, cache=cache,
+                             store_dir=store_dir)
+    if frames is None:
+        fleet = source if isinstance(source, Fleet) else load_fleet(source, max_depth=max_depth)
+        frames = {name: _table(name, fleet) for name in names}
     parts = []
     for name in names:
-        df = _table(name, fleet)
+        df = frames[name]
         for col in SEARCH_TABLES[name]:
             if col not in df.columns:
                 continue

@@ -44,6 +44,21 @@ def assert_warm_equals_cold(src: Path, store: Path) -> None:
         assert_frame_equal(load(str(src), store_dir=store), load(str(src), cache=False)), t
 
 
+def append_event(run: Path, marker: str = "appended", *, newline: bool = True) -> bytes:
+    """Append a valid next event (the last one's envelope, next sequence); return its line."""
+    import json
+    import uuid
+
+    lines = [ln for ln in (run / "events.jsonl").read_bytes().split(b"\n") if ln.strip()]
+    last = json.loads(lines[-1])
+    ev = {**last, "sequence": last["sequence"] + 1, "event_id": uuid.uuid4().hex,
+          "event_type": "note.added", "data": {"marker": marker}}
+    line = json.dumps(ev, separators=(",", ":")).encode() + (b"\n" if newline else b"")
+    with open(run / "events.jsonl", "ab") as fh:
+        fh.write(line)
+    return line
+
+
 def _runs(src: Path, group: str) -> list[Path]:
     return sorted(p for p in (src / group).iterdir() if p.is_dir())
 
@@ -338,4 +353,52 @@ def test_failing_or_incomplete_executor_keeps_the_previous_version(
         open_store(str(fleet), store_dir=store,
                    executor=lambda tasks: [run_chunk(t) for t in tasks] * 2)
     assert Store(store).manifest().generation == before.generation
+    assert_warm_equals_cold(fleet, store)
+
+
+def test_messages_and_search_are_served_from_the_store(fleet: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    cold = ra.messages_df(str(fleet), cache=False)
+    assert cold.height > 0
+    assert_frame_equal(ra.messages_df(str(fleet), store_dir=store), cold)
+    assert ra.scan_messages(str(fleet), store_dir=store).select(pl.len()).collect().item() == (
+        cold.height)
+    for pattern, kw in (("tool", {}), ("ERROR|unknown", {"ignore_case": True})):
+        want = ra.search(str(fleet), pattern, cache=False, **kw)
+        assert want.height > 0
+        assert_frame_equal(ra.search(str(fleet), pattern, store_dir=store, **kw), want)
+    # served from Parquet: a changed run shows in the next search, the others are not re-read
+    a = _runs(fleet, "completed")[0]
+    append_event(a, "zebra-marker")
+    hits = ra.search(str(fleet), "zebra-marker", store_dir=store)
+    assert hits.height == 1 and hits["run_dir"].to_list() == [str(a)]
+    assert_frame_equal(hits, ra.search(str(fleet), "zebra-marker", cache=False))
+
+
+def test_fingerprint_stats_every_file_the_reader_opens(fleet: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store stats only CONTENT_FILES (and subfolders); the reader must open no other."""
+    from rivumi_analysis.read import snapshot
+    from rivumi_analysis.read.discovery import discover
+    from rivumi_analysis.store.core import CONTENT_FILES
+
+    opened: set[str] = set()
+    read_file, *rest = snapshot._LOCAL_IO
+
+    def spy(path: str, *args: object, **kw: object) -> object:
+        opened.add(os.path.basename(path))
+        return read_file(path, *args, **kw)
+
+    monkeypatch.setattr(snapshot, "_LOCAL_IO", (spy, *rest))
+    for loc in discover(str(fleet)).runs:
+        snapshot.read_run(loc.run_dir, is_subagent=loc.is_subagent)
+    assert "events.jsonl" in opened and opened <= CONTENT_FILES
+    monkeypatch.undo()
+    # an entry the reader never opens changes: nothing is re-read, tables stay equal
+    store = tmp_path / "store"
+    open_store(str(fleet), store_dir=store)
+    a = next(r for r in _runs(fleet, "completed") if (r / "test.log").is_file())
+    (a / "test.log").write_text("rewritten\n")
+    opened_store = open_store(str(fleet), store_dir=store)
+    assert opened_store.store.last_stats.reread == 0
     assert_warm_equals_cold(fleet, store)

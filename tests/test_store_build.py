@@ -14,6 +14,7 @@ from rivumi_analysis import (
     events_df,
     forks_df,
     manifests_df,
+    messages_df,
     model_calls_df,
     quarantine_df,
     runs_df,
@@ -31,7 +32,7 @@ SAMPLES = ROOT / "sample_runs"
 LOADERS = {"runs": runs_df, "events": events_df, "quarantine": quarantine_df,
            "manifests": manifests_df, "tool_calls": tool_calls_df, "approvals": approvals_df,
            "model_calls": model_calls_df, "usage": usage_df, "verifications": verifications_df,
-           "states": states_df, "drift": drift_df, "forks": forks_df}
+           "states": states_df, "drift": drift_df, "forks": forks_df, "messages": messages_df}
 
 
 def test_build_tables_equals_every_loader() -> None:

@@ -24,10 +24,10 @@ from ..read.snapshot import RunData, gc_paused, read_run
 
 TABLES: tuple[str, ...] = (
     "runs", "events", "quarantine", "manifests", "tool_calls", "approvals", "model_calls",
-    "usage", "verifications", "states", "drift", "forks")
+    "usage", "verifications", "states", "drift", "forks", "messages")
 """Every table the store (and ``export``) materialises, in a stable order."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the dataset layout and columns (in each file's metadata)."""
 
 _KEY_RE = re.compile(r"[A-Za-z0-9_.-]+\Z")
@@ -58,7 +58,7 @@ def empty_tables() -> dict[str, Any]:
               "manifests": S.ManifestsSchema, "tool_calls": S.ToolCallsSchema,
               "approvals": S.ApprovalsSchema, "model_calls": S.ModelCallsSchema,
               "usage": S.UsageSchema, "verifications": S.VerificationsSchema,
-              "drift": S.DriftSchema, "forks": S.ForksSchema}
+              "drift": S.DriftSchema, "forks": S.ForksSchema, "messages": S.MessagesSchema}
     out = {t: pl.DataFrame(schema=polars_schema(m)) for t, m in models.items()}
     out["states"] = pl.DataFrame(schema=STATE_COLUMNS)
     return {t: out[t] for t in TABLES}
@@ -68,13 +68,14 @@ def build_frames(runs: Sequence[RunData]) -> dict[str, Any]:
     """Every table (polars DataFrames, validated) of some already read runs, in their order."""
     from ..tables._common import quarantine_frame
     from ..tables.approvals import approvals_frame
-    from ..tables.drift import drift_df
+    from ..tables.drift import drift_frame
     from ..tables.events import events_frame
-    from ..tables.forks import forks_df
+    from ..tables.forks import forks_frame
     from ..tables.manifests import manifests_frame
+    from ..tables.messages import messages_frame
     from ..tables.model_calls import model_calls_frame
     from ..tables.runs import runs_frame
-    from ..tables.states import states_df
+    from ..tables.states import replay_run, states_df
     from ..tables.tool_calls import tool_calls_frame
     from ..tables.usage import usage_frame
     from ..tables.verifications import verifications_frame
@@ -83,6 +84,9 @@ def build_frames(runs: Sequence[RunData]) -> dict[str, Any]:
     if not runs:
         return empty_tables()
     with gc_paused():
+        # one reference replay per run serves drift and forks (each loader alone replays
+        # the run itself); states come from the vectorised engine, as states_df's
+        replays = [replay_run(r) for r in runs if r.kind != "external"]
         tables = {
             "runs": runs_frame(runs),
             "events": events_frame(runs),
@@ -94,8 +98,9 @@ def build_frames(runs: Sequence[RunData]) -> dict[str, Any]:
             "usage": usage_frame(runs),
             "verifications": verifications_frame(runs),
             "states": states_df(runs),
-            "drift": drift_df(runs),
-            "forks": forks_df(runs),
+            "drift": drift_frame(replays),
+            "forks": forks_frame(replays),
+            "messages": messages_frame(runs),
         }
     return {t: tables[t] for t in TABLES}
 

@@ -7,8 +7,8 @@ Layout (the one :mod:`~rivumi_analysis.store.build` writes; ``export`` writes th
     STORE/<table>/kind=<kind>/part-<key>.parquet
 
 The manifest records, per run, the identity of everything it was built from: the audit
-cache's fingerprint of the run folder (device, inode, size, mtime and ctime of every entry,
-the writer lock's content and whether a process holds it, see ``read.cache.fingerprint``) and
+fingerprint of the run folder (:func:`run_fingerprint`: name, mode, size, mtime, ctime, inode
+and device of every entry, and whether a process holds the writer lock) and
 the toolkit's code fingerprint (toolkit, schema and cache versions and the package's own
 files); and, per part file, its size, mtime, inode and BLAKE2b.
 
@@ -46,12 +46,13 @@ from typing import Any
 import msgspec
 
 from ..errors import StoreError
-from ..read.cache import RACY_SECONDS, code_fingerprint, default_cache_dir, fingerprint
+from ..read.cache import RACY_SECONDS, Fingerprint, code_fingerprint, default_cache_dir
 from ..read.cache import proc_locked_keys as _held_keys
 from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover, normalize_sources
+from ..read.snapshot import _lock_key
 from .build import TABLES, build_frames, file_digest, read_runs, write_parts
 
-STORE_FORMAT = 1
+STORE_FORMAT = 2
 """Layout of the manifest (bump when it changes shape; an old store is rebuilt)."""
 
 MANIFEST = "_store.msgpack"
@@ -126,6 +127,64 @@ def _code() -> str:
     from .build import SCHEMA_VERSION
 
     return code_fingerprint(f"audit{AUDIT_SCHEMA}|store{SCHEMA_VERSION}|{STORE_FORMAT}")
+
+
+# --- fingerprints ----------------------------------------------------------------------------
+
+CONTENT_FILES = frozenset({"session.json", "request.json", "events.jsonl", "result.json",
+                           "checkpoint.json", "backend-result.json", ".writer.lock"})
+"""The entries of a run folder whose content the toolkit reads (``read.snapshot.read_run``);
+of every other entry only the name counts (``resume``'s atomic-leftover rule; subagent
+folders are runs of their own)."""
+
+
+def run_fingerprint(run_dir: str, held: frozenset[str],
+                    names: list[str] | None = None) -> Fingerprint | None:
+    """What a run's rows depend on, from one listing of the run folder: the sorted entry
+    names, and for the files the toolkit reads (:data:`CONTENT_FILES`) an ``lstat`` (mode,
+    size, mtime, ctime, inode, device), plus whether a process holds ``.writer.lock``
+    (``held``: ``read.cache.proc_locked_keys()``). ``names``: the listing discovery already
+    read (``discover(listings=...)``). ``None``: not listable.
+
+    The audit cache's fingerprint also reads the lock file's content; the store does not,
+    because any write to a file changes its ctime, which no process can set back (a content
+    change with the same size and a restored mtime still shows).
+
+    >>> fp = run_fingerprint("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e",
+    ...                      frozenset())
+    >>> fp is not None and fp.events_identity is not None
+    True
+    """
+    if names is None:
+        try:
+            names = sorted(os.listdir(run_dir))
+        except OSError:
+            return None
+    rows: list[Any] = []
+    newest = 0
+    events_identity = None
+    lstat = os.lstat
+    join = os.path.join
+    for name in names:
+        if name not in CONTENT_FILES:
+            rows.append(name)
+            continue
+        try:
+            st = lstat(join(run_dir, name))
+        except OSError:
+            rows.append((name, None))
+            continue
+        mode = st.st_mode
+        row: tuple[Any, ...] = (name, mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                st.st_ino, st.st_dev)
+        if st.st_mtime_ns > newest:
+            newest = st.st_mtime_ns
+        if name == "events.jsonl" and stat.S_ISREG(mode):
+            events_identity = (st.st_ino, st.st_dev)
+        elif name == ".writer.lock" and stat.S_ISREG(mode):
+            row += (_lock_key(st.st_dev, st.st_ino) in held,)
+        rows.append(row)
+    return Fingerprint(msgspec.msgpack.encode(rows), newest, events_identity)
 
 
 # --- manifest --------------------------------------------------------------------------------
@@ -279,7 +338,8 @@ class Store:
     def refresh(self, locations: Sequence[RunLocation], *, sources: Sequence[str] = (),
                 max_depth: int = DEFAULT_MAX_DEPTH, verify: bool = False,
                 compact: bool = False, jobs: int | None = None,
-                executor: ChunkExecutor | None = None) -> Manifest:
+                executor: ChunkExecutor | None = None,
+                listings: dict[str, list[str]] | None = None) -> Manifest:
         """Bring the store up to date with ``locations`` (the discovered fleet).
 
         Reads only what changed (see the module docstring); takes the lock only to write.
@@ -288,12 +348,15 @@ class Store:
         exactly the live rows (for tools that read them directly, e.g. DuckDB).
         ``executor`` runs the chunks of runs to re-read (default :func:`local_executor`;
         the distributed engine passes one that runs :func:`run_chunk` on a cluster).
+        ``listings``: the run folders' listings discovery read (not listed again).
         """
         t0 = time.perf_counter()
         locs = list(locations)
         order = [loc.run_dir for loc in locs]
         held = _held_keys()
-        fps = {loc.run_dir: fingerprint(loc.run_dir, held) for loc in locs}
+        listings = listings or {}
+        fps = {loc.run_dir: run_fingerprint(loc.run_dir, held, listings.get(loc.run_dir))
+               for loc in locs}
         m = self.manifest()
         todo, removed = self._plan(m, locs, fps, verify)
         if (m is not None and not todo and not removed and m.order == order
@@ -515,7 +578,7 @@ def run_chunk(task: ChunkTask) -> ChunkResult:
     entries: dict[str, Any] = {}
     for loc, run in zip(task.locations, data, strict=True):
         fp = task.fingerprints.get(loc.run_dir)
-        after = fingerprint(loc.run_dir, held)
+        after = run_fingerprint(loc.run_dir, held)
         volatile = (fp is None or after is None or after.blob != fp
                     or run.writer_active or run.live_changed or after.newest_mtime_ns > racy)
         kinds[loc.run_dir] = run.kind or "unknown"
@@ -591,11 +654,12 @@ def open_store(source: Source | None = None, *, store_dir: str | os.PathLike[str
         StoreError: the store cannot be used (not writable, inside a source, locked).
     """
     d, tops = resolve_store_dir(source, store_dir, max_depth)
-    found = discover(source, max_depth=max_depth)
+    listings: dict[str, list[str]] = {}
+    found = discover(source, max_depth=max_depth, listings=listings)
     store = Store(d, hook=hook)
     try:
         m = store.refresh(found.runs, sources=tops, max_depth=max_depth, verify=verify,
-                          compact=compact, jobs=jobs, executor=executor)
+                          compact=compact, jobs=jobs, executor=executor, listings=listings)
     except OSError as exc:
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
                          errno.ENOTDIR, errno.EEXIST):

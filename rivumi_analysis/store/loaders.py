@@ -40,43 +40,56 @@ def _open(source: Any, max_depth: int, store_dir: StoreDir, verify: bool = False
     return open_store(source, store_dir=store_dir, max_depth=max_depth, verify=verify)
 
 
-def load_table(table: str, source: Any, *, strict: bool, max_depth: int, cache: bool | None,
-               store_dir: StoreDir, cold: Callable[[], pl.DataFrame]) -> pl.DataFrame:
-    """One table through the store, or ``cold()`` when the store is off or unusable."""
+def load_tables(tables: tuple[str, ...] | list[str], source: Any, *, strict: bool = False,
+                max_depth: int = DEFAULT_MAX_DEPTH, cache: bool | None = None,
+                store_dir: StoreDir = None) -> dict[str, pl.DataFrame] | None:
+    """Some tables through the store, from one refresh (one consistent version), or None
+    when the store is off, the source is not a path, or the store is unusable (then a
+    :class:`StoreWarning` was issued and the caller loads in memory)."""
     use = store_enabled() if cache is None else bool(cache)
     if not use or not _path_source(source):
-        return cold()
+        return None
     from ..read.discovery import check_sources, normalize_sources
 
     check_sources(normalize_sources(source)[0])  # usage errors first, as a cold load
-    df = None
     for verify in (False, True):
         try:
             opened = _open(source, max_depth, store_dir, verify=verify)
-            df = ordered(read_parts(opened.store, opened.manifest, table), table,
-                         opened.manifest)
+            out = {t: ordered(read_parts(opened.store, opened.manifest, t), t, opened.manifest)
+                   for t in tables}
             if strict:
-                q = ordered(read_parts(opened.store, opened.manifest, "quarantine"),
-                            "quarantine", opened.manifest)
+                q = out.get("quarantine")
+                if q is None:
+                    q = read_parts(opened.store, opened.manifest, "quarantine",
+                                   columns=["run_dir"])
                 if q.height:
-                    raise QuarantineError(q)
-            break
+                    raise QuarantineError(ordered(
+                        read_parts(opened.store, opened.manifest, "quarantine"),
+                        "quarantine", opened.manifest))
+            return out
         except StoreError as exc:
             warn_fallback(exc)
-            return cold()
+            return None
         except pl.exceptions.PolarsError as exc:  # a part damaged with its size and mtime kept
             if verify:
                 warn_fallback(StoreError(f"the store could not be read: {exc}",
                                          code="store_damaged"))
-                return cold()
+                return None
         except (QuarantineError, SourceError):
             raise
         except Exception as exc:  # never worse than a cold load: say why and load in memory
             warn_fallback(StoreError(f"the store failed: {type(exc).__name__}: {exc}",
                                      code="store_failed"))
-            return cold()
-    assert df is not None
-    return df
+            return None
+    return None
+
+
+def load_table(table: str, source: Any, *, strict: bool, max_depth: int, cache: bool | None,
+               store_dir: StoreDir, cold: Callable[[], pl.DataFrame]) -> pl.DataFrame:
+    """One table through the store, or ``cold()`` when the store is off or unusable."""
+    out = load_tables((table,), source, strict=strict, max_depth=max_depth, cache=cache,
+                      store_dir=store_dir)
+    return cold() if out is None else out[table]
 
 
 def scan_table(table: str, source: Any = None, *, max_depth: int = DEFAULT_MAX_DEPTH,
@@ -154,6 +167,9 @@ model_calls_df = _simple("model_calls", "model_calls", "One row per model call."
 usage_df = _simple("usage", "usage", "One row per usage record.")
 verifications_df = _simple("verifications", "verifications", "One row per verification.")
 forks_df = _simple("forks", "forks", "Fork links and candidate fork points.")
+messages_df = _simple("messages", "messages",
+                      "One row per transcript message: the manifest's conversation and the "
+                      "log's exchanges (see ``tables.messages``).")
 
 
 def states_df(source: Any = None, *, strict: bool = False, max_depth: int = DEFAULT_MAX_DEPTH,
@@ -217,3 +233,4 @@ scan_verifications = _scan("verifications")
 scan_states = _scan("states")
 scan_drift = _scan("drift")
 scan_forks = _scan("forks")
+scan_messages = _scan("messages")

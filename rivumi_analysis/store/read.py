@@ -37,7 +37,7 @@ def _file_scan(path: str, kind: str, schema: dict[str, pl.DataType],
 
 
 def read_parts(store: Any, m: Any, table: str, *, parts: list[str] | None = None,
-               lazy: bool = False) -> Any:
+               lazy: bool = False, columns: list[str] | None = None) -> Any:
     """The rows of ``table`` held by the live runs of some parts (default: all parts)."""
     schema = table_schema(table)
     wanted = set(parts) if parts is not None else None
@@ -57,6 +57,8 @@ def read_parts(store: Any, m: Any, table: str, *, parts: list[str] | None = None
         lf = pl.concat(scans, how="vertical") if len(scans) > 1 else scans[0]
     if table == "forks":
         lf = resolve_fork_links(lf, store, m)
+    if columns is not None:
+        lf = lf.select(columns)
     return lf if lazy else lf.collect()
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -232,11 +232,15 @@ def drift_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
     """
     runs = load_runs(source, max_depth=max_depth)
     check_strict(runs, strict)
+    return drift_frame(replay_run(run, charge_approval_waits=charge_approval_waits)
+                       for run in runs if run.kind != "external")
+
+
+def drift_frame(replays: Iterable[RunReplay]) -> pl.DataFrame:
+    """The drift table of already replayed (non-external) runs, validated."""
     rows: list[dict[str, Any]] = []
-    for run in runs:
-        if run.kind == "external":
-            continue
-        rows.extend(drift_rows(replay_run(run, charge_approval_waits=charge_approval_waits)))
+    for rr in replays:
+        rows.extend(drift_rows(rr))
     df = pl.DataFrame(rows, schema=_SCHEMA)
     from ..schemas import DriftSchema
 

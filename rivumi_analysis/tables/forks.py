@@ -115,7 +115,12 @@ def forks_df(source: Any = None, *, strict: bool = False, max_depth: int = 8) ->
     """
     runs = load_runs(source, max_depth=max_depth)
     check_strict(runs, strict)
-    replays = [replay_run(r) for r in runs if r.kind != "external"]
+    return forks_frame([replay_run(r) for r in runs if r.kind != "external"])
+
+
+def forks_frame(replays: list[RunReplay]) -> pl.DataFrame:
+    """The forks table of already replayed (non-external) runs, validated; fork sources are
+    looked up among these runs."""
     by_name: dict[str, RunReplay] = {}
     for rr in replays:
         by_name.setdefault(os.path.basename(os.path.normpath(rr.run.run_dir)), rr)
