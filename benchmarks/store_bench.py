@@ -16,6 +16,7 @@ per event.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -46,12 +47,36 @@ def fmt(ts: list[float]) -> str:
 
 
 def stat_floor(src: str) -> None:
-    from rivumi_analysis._discovery import discover
+    from rivumi_analysis.read.discovery import discover
 
     for loc in discover(src).runs:
         with os.scandir(loc.run_dir) as it:
             for e in it:
                 e.stat(follow_symlinks=False)
+
+
+def append_event(run_dir: str, n: int) -> bool:
+    """Append one valid next event (the last event's envelope, next sequence) to a log that
+    ends with a newline; False when the log has no parsable last line."""
+    path = os.path.join(run_dir, "events.jsonl")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        last = json.loads(data.rstrip(b"\n").rsplit(b"\n", 1)[-1])
+    except (OSError, ValueError):
+        return False
+    if not data.endswith(b"\n") or not isinstance(last, dict) or type(
+            last.get("sequence")) is not int:
+        return False
+    ev = {**last, "sequence": last["sequence"] + 1, "event_id": f"store-bench-{n:032d}",
+          "event_type": "note.added", "data": {"store_bench": n}}
+    with open(path, "ab") as fh:
+        fh.write(json.dumps(ev, separators=(",", ":")).encode() + b"\n")
+    return True
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def main() -> int:
@@ -70,8 +95,7 @@ def main() -> int:
     store = args.store or tempfile.mkdtemp(prefix="rivumi-store-bench-")
     if os.path.exists(store):
         shutil.rmtree(store)
-    lines = [f"corpus {src}: {len(os.listdir(src))} entries; store {store}; "
-             f"load average {os.getloadavg()[0]:.1f}"]
+    lines = [f"corpus {src}: {len(os.listdir(src))} entries; store {store}; {load()}"]
 
     def say(text: str) -> None:
         print(text, flush=True)
@@ -83,14 +107,14 @@ def main() -> int:
     say(f"cold events_df ({ev.height} rows)          {fmt(cold_ev)}")
     say(f"cold states_df ({st.height} rows)          {fmt(cold_st)}")
     first, opened = timed(lambda: open_store(src, store_dir=store), 1)
-    say(f"first build (all 12 tables)          {fmt(first)}  = "
-        f"{first[0] / cold_sum:.2f}x cold events_df+states_df")
+    say(f"first build (all tables)             {fmt(first)}  = "
+        f"{first[0] / cold_sum:.2f}x cold events_df+states_df  ({load()})")
     warm_ev, wev = timed(lambda: ra.events_df(src, store_dir=store), args.reps)
     say(f"warm events_df                       {fmt(warm_ev)}  = "
-        f"{100 * statistics.median(warm_ev) / cold_ev[0]:.1f}% of cold")
+        f"{100 * statistics.median(warm_ev) / cold_ev[0]:.1f}% of cold  ({load()})")
     warm_st, wst = timed(lambda: ra.states_df(src, store_dir=store), args.reps)
     say(f"warm states_df                       {fmt(warm_st)}  = "
-        f"{100 * statistics.median(warm_st) / cold_st[0]:.1f}% of cold")
+        f"{100 * statistics.median(warm_st) / cold_st[0]:.1f}% of cold  ({load()})")
     assert wev.equals(ev) and wst.equals(st), "warm tables differ from cold ones"
 
     def query() -> Any:
@@ -99,24 +123,37 @@ def main() -> int:
                 .select("run_dir", "sequence", "created_at").collect())
 
     q, qdf = timed(query, args.reps)
-    say(f"scan_events filter query ({qdf.height} rows) {fmt(q)}")
-    floor, _ = timed(lambda: stat_floor(src), args.reps)
-    nochange, _ = timed(lambda: open_store(src, store_dir=store), args.reps)
+    say(f"scan_events filter query ({qdf.height} rows) {fmt(q)}  ({load()})")
+    floor: list[float] = []
+    nochange: list[float] = []
+    for _ in range(args.reps):  # interleaved: both see the same load
+        floor += timed(lambda: stat_floor(src), 1)[0]
+        nochange += timed(lambda: open_store(src, store_dir=store), 1)[0]
     say(f"stat floor (discover + lstat all)    {fmt(floor)}")
     say(f"refresh, nothing changed             {fmt(nochange)}  = "
-        f"{statistics.median(nochange) / statistics.median(floor):.2f}x the stat floor")
-    runs = sorted(os.listdir(src))[:: max(1, len(os.listdir(src)) // 100)][:100]
-    for name in runs:
-        with open(os.path.join(src, name, "events.jsonl"), "ab") as fh:
-            fh.write(b'{"store_bench": "appended"}\n')
+        f"{statistics.median(nochange) / statistics.median(floor):.2f}x the stat floor  "
+        f"({load()})")
+    names = sorted(n for n in os.listdir(src) if not n.startswith("."))
+    runs = [os.path.join(src, n) for n in names[:: max(1, len(names) // 100)]]
+    appended = [r for r in runs if append_event(r, 1)][:100]
     app, op = timed(lambda: open_store(src, store_dir=store), 1)
     s = op.store.last_stats
-    say(f"refresh after appending to 100 runs  {fmt(app)}  ({s.reread} runs re-read, "
-        f"{s.parts_written} part(s) written)")
-    again, op2 = timed(lambda: open_store(src, store_dir=store), 1)
-    say(f"next refresh (the 100 still racy)    {fmt(again)}  "
-        f"({op2.store.last_stats.reread} re-read)")
-    m = op2.manifest
+    say(f"refresh after appending one event to {len(appended)} runs {fmt(app)}  ({s.reread} "
+        f"runs re-read, {s.incremental} from their first incomplete line, "
+        f"{s.parts_written} part(s) written; {load()})")
+    for r in appended:  # the same runs grow again while still live (just modified)
+        append_event(r, 2)
+    app2, op2 = timed(lambda: open_store(src, store_dir=store), 1)
+    s = op2.store.last_stats
+    say(f"refresh after a second append to them {fmt(app2)}  ({s.reread} runs re-read, "
+        f"{s.incremental} from their first incomplete line; {load()})")
+    time.sleep(2.5)  # let them settle past the racy window
+    settle, op3 = timed(lambda: open_store(src, store_dir=store), 1)
+    say(f"next refresh (the runs settled)      {fmt(settle)}  "
+        f"({op3.store.last_stats.reread} re-read)")
+    check = ra.events_df(src, store_dir=store)
+    assert check.equals(ra.events_df(src, cache=False)), "warm events differ after appends"
+    m = op3.manifest
     total = sum(f["bytes"] for p in m.parts.values() for f in p["files"])
     ev_bytes = sum(f["bytes"] for _k, f in m.files("events"))
     n_ev = ra.scan_events(src, store_dir=store).select(pl.len()).collect().item()
