@@ -17,6 +17,7 @@ Decision order (the first that holds is the verdict; every condition that holds 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import compress
 from typing import Any
 
 from pydantic import ValidationError
@@ -599,7 +600,8 @@ def _clean_event_warnings(run: RunData, log: CleanLog, c: _Collector, manifest: 
     types = log.event_types
     objs = log.objects
     n = len(types)
-    picked = [(i, t) for i, t in enumerate(types) if t in _RULE_TYPES]
+    # the indices of the rule-relevant events, found by C-level iteration (no Python loop)
+    picked = [(i, types[i]) for i in compress(range(n), map(_RULE_TYPES.__contains__, types))]
     # Unclosed pairs count only when a model step or terminal event follows them
     last_progress = -1
     for i, t in picked:

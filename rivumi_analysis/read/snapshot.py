@@ -226,10 +226,6 @@ def _parse_json_doc(fr: FileRead) -> tuple[Any, str | None]:
     """``json.loads`` on UTF-8 text, as the runner reads its JSON documents."""
     if fr.status != "ok" or fr.data is None:
         return None, None
-    try:
-        text = fr.data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return None, f"not valid UTF-8 at byte {exc.start}"
     # msgspec's own depth limit depends on the stack: only text that cannot reach the
     # documented limit goes to it (a RecursionError falls back to the explicit parser)
     deep = fr.data.count(b"[") + fr.data.count(b"{") > _runner_json.PYTHON_JSON_MAX_DEPTH
@@ -239,7 +235,11 @@ def _parse_json_doc(fr: FileRead) -> tuple[Any, str | None]:
             # Infinity, lone surrogates) goes to json.loads, as the runner
             return _DOC_DECODER.decode(fr.data), None
         except (msgspec.DecodeError, RecursionError):
-            pass
+            pass  # (msgspec accepts only valid UTF-8: the text is decoded only from here on)
+    try:
+        text = fr.data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"not valid UTF-8 at byte {exc.start}"
     try:
         return _runner_json.loads(text), None
     except _runner_json.TooDeep as exc:
