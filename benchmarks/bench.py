@@ -126,15 +126,24 @@ def _run_dirs(root: str) -> list[str]:
     return [loc.run_dir for loc in discover(root).runs]
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of its waited-for children (pool workers)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + ru.ru_utime + ru.ru_stime
+
+
 def m_baseline(root: str, cache: str | None) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).parent))
     from baseline_models import validate_run
 
     dirs = _run_dirs(root)
     gc.enable()
-    t = time.perf_counter()
+    c, t = _cpu(), time.perf_counter()
     ok = sum(validate_run(d) for d in dirs)
-    return {"seconds": time.perf_counter() - t, "resumable": ok, "runs": len(dirs)}
+    return {"seconds": time.perf_counter() - t, "cpu_s": round(_cpu() - c, 3),
+            "resumable": ok, "runs": len(dirs)}
 
 
 def m_read_all(root: str, cache: str | None) -> dict[str, Any]:
@@ -149,30 +158,32 @@ def m_read_all(root: str, cache: str | None) -> dict[str, Any]:
 
 def m_stat_floor(root: str, cache: str | None) -> dict[str, Any]:
     dirs = _run_dirs(root)
-    t = time.perf_counter()
+    c, t = _cpu(), time.perf_counter()
     n = 0
     for d in dirs:
         for name in os.listdir(d):
             os.lstat(os.path.join(d, name))
             n += 1
-    return {"seconds": time.perf_counter() - t, "entries": n}
+    return {"seconds": time.perf_counter() - t, "cpu_s": round(_cpu() - c, 3), "entries": n}
 
 
 def m_api(root: str, cache: str | None) -> dict[str, Any]:
     from rivumi_analysis.audit import audit
 
-    t = time.perf_counter()
+    c, t = _cpu(), time.perf_counter()
     res = audit(root, cache_dir=cache) if cache else audit(root, cache=False)
-    return {"seconds": time.perf_counter() - t, "runs": len(res.runs)}
+    return {"seconds": time.perf_counter() - t, "cpu_s": round(_cpu() - c, 3),
+            "runs": len(res.runs)}
 
 
 def m_api_warm(root: str, cache: str | None) -> dict[str, Any]:
     from rivumi_analysis.audit import audit
 
     audit(root, cache_dir=cache)  # fill (no-op when already filled)
-    t = time.perf_counter()
+    c, t = _cpu(), time.perf_counter()
     res = audit(root, cache_dir=cache)
-    return {"seconds": time.perf_counter() - t, "runs": len(res.runs)}
+    return {"seconds": time.perf_counter() - t, "cpu_s": round(_cpu() - c, 3),
+            "runs": len(res.runs)}
 
 
 def _events_files(root: str) -> list[str]:
@@ -435,6 +446,15 @@ def _ratios(out: dict[str, Any]) -> None:
     if bcpu and ccpu:
         lines.append(f"baseline / cli audit, CPU seconds  = {bcpu / ccpu:6.2f}x  (process "
                      "CPU incl. start-up; insensitive to other load)")
+    def cpu(name: str) -> float | None:
+        return (r.get(name) or {}).get("cpu_s") or None
+
+    if cpu("baseline") and cpu("api_no_cache"):
+        lines.append(f"baseline / api audit (no cache), CPU of the timed sections = "
+                     f"{cpu('baseline') / cpu('api_no_cache'):6.2f}x")
+    if cpu("api_warm") and cpu("stat_floor"):
+        lines.append(f"api warm / stat floor, CPU of the timed sections = "
+                     f"{cpu('api_warm') / cpu('stat_floor'):6.2f}x  (goal <= 2x; load-insensitive)")
     cold, warm, sf = get("api_cold"), get("api_warm"), get("stat_floor")
     if cold and warm:
         lines.append(f"api cold / api warm               = {cold / warm:6.2f}x")
