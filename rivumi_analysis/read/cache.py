@@ -11,7 +11,9 @@ fingerprint covers everything that can change the record:
 - the run folder itself (``stat``: device and inode) and its listing (every entry's name, mode,
   size, ``mtime_ns``, ``ctime_ns``, inode and device, so temp leftovers, subagent folders and
   files replaced by symlinks all show);
-- the content of ``.writer.lock`` and whether a live process holds it (``/proc/locks``);
+- whether a live process holds ``.writer.lock`` (``/proc/locks``); its content (the writer
+  token) counts through its listing entry (a rewrite changes its ``ctime_ns``; the store's
+  fingerprint also hashes the content, ``lock_content=True``);
 - the run directory string as given, its absolute path, and the subagent/parent linkage;
 - the toolkit version, the audit-record and table schema versions, and a fingerprint of the
   toolkit's own source files (so a changed rule is never served from an old cache).
@@ -130,12 +132,18 @@ class Fingerprint:
 
 
 def fingerprint(run_dir: str, held_keys: frozenset[str],
-                names: list[str] | None = None) -> Fingerprint | None:
+                names: list[str] | None = None, *, lock_content: bool = True,
+                ) -> Fingerprint | None:
     """Fingerprint a run folder (``None`` when it cannot be listed: never cached).
 
     ``names``: the folder's entries as discovery just listed them (``discover(listings=)``),
-    so it is not listed a second time; the same fingerprint as listing it now.
+    so it is not listed a second time (nor opened): the same fingerprint as listing it now.
+    ``lock_content``: include the bytes of ``.writer.lock`` (the audit cache relies on the
+    lock file's ``ctime_ns``/``mtime_ns``/size instead, as for every other file, and passes
+    False both when it looks a run up and when it stores it).
     """
+    if names is not None and not lock_content:
+        return _fingerprint_listed(run_dir, held_keys, names)
     try:
         dfd = os.open(run_dir, _DIR_FLAGS)
     except OSError:
@@ -162,12 +170,48 @@ def fingerprint(run_dir: str, held_keys: frozenset[str],
             elif name == ".writer.lock" and stat.S_ISREG(st.st_mode):
                 from .snapshot import _lock_key
 
-                parts.append(["lock", _read_small(name, dfd),
+                parts.append(["lock", _read_small(name, dfd) if lock_content else None,
                               _lock_key(st.st_dev, st.st_ino) in held_keys])
     except OSError:
         return None
     finally:
         os.close(dfd)
+    return Fingerprint(msgspec.msgpack.encode(parts), newest, events_identity)
+
+
+def _fingerprint_listed(run_dir: str, held_keys: frozenset[str],
+                        names: list[str]) -> Fingerprint | None:
+    """:func:`fingerprint` of a folder already listed, by path (``stat`` of the folder, an
+    ``lstat`` per entry): the same parts, without opening the folder or the lock file."""
+    from .snapshot import _lock_key
+
+    try:
+        top = os.stat(run_dir)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(top.st_mode):
+        return None
+    parts: list[Any] = [top.st_dev, top.st_ino, top.st_mode]
+    append = parts.append
+    newest = 0
+    events_identity = None
+    lstat = os.lstat
+    is_reg = stat.S_ISREG
+    prefix = os.path.join(run_dir, "")
+    for name in sorted(names):
+        try:
+            st = lstat(prefix + name)
+        except OSError:
+            append([name, None])
+            continue
+        mtime = st.st_mtime_ns
+        append([name, st.st_mode, st.st_size, mtime, st.st_ctime_ns, st.st_ino, st.st_dev])
+        if mtime > newest:
+            newest = mtime
+        if name == "events.jsonl" and is_reg(st.st_mode):
+            events_identity = (st.st_ino, st.st_dev)
+        elif name == ".writer.lock" and is_reg(st.st_mode):
+            append(["lock", None, _lock_key(st.st_dev, st.st_ino) in held_keys])
     return Fingerprint(msgspec.msgpack.encode(parts), newest, events_identity)
 
 
@@ -411,7 +455,7 @@ def audit_job(job: Job, held_keys: frozenset[str],
         return record, None
     if run.live_changed or run.writer_active:
         return record, None
-    after = fingerprint(job.run_dir, held_keys)
+    after = fingerprint(job.run_dir, held_keys, lock_content=False)
     if after is None or after.blob != job.fp.blob:
         return record, None
     if after.newest_mtime_ns > time.time_ns() - int(RACY_SECONDS * 1e9):
@@ -488,8 +532,8 @@ def run_fleet(locations: list[Any], *, recorder: Recorder, jobs: int | None,
     hits = 0
     for i, loc in enumerate(locations):
         key = keys[i]
-        fp = (fingerprint(loc.run_dir, held, listings.get(loc.run_dir)) if key is not None
-              else None)
+        fp = (fingerprint(loc.run_dir, held, listings.get(loc.run_dir), lock_content=False)
+              if key is not None else None)
         ent = entries.get(key) if key is not None else None
         if fp is not None and ent is not None and ent.fp == fp.blob:
             rec = decode_record(ent.record)

@@ -6,6 +6,7 @@ import os
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 
 from ..errors import SourceError
@@ -134,10 +135,13 @@ def check_sources(paths: list[str]) -> None:
             )
 
 
+_NAME = attrgetter("name")
+
+
 def _entries(path: str) -> list[os.DirEntry[str]] | None:
     try:
         with os.scandir(path) as it:
-            return sorted(it, key=lambda e: e.name)
+            return sorted(it, key=_NAME)
     except OSError:
         return None
 
@@ -197,7 +201,8 @@ def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
     if entries is None:
         skipped.append(Skipped(path, "unreadable"))
         return
-    names = {e.name for e in entries}
+    listed = [e.name for e in entries]
+    names = set(listed)
     if _is_run_dir(names):
         if path not in seen:
             seen.add(path)
@@ -205,9 +210,10 @@ def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
             root = os.path.dirname(path) if is_top else source_root
             runs.append(RunLocation(path, source_root=root))
             if listings is not None:
-                listings[path] = [e.name for e in entries]
-            _walk_subagents(path, entries, runs, skipped, seen, depth=0, max_depth=max_depth,
-                            source_root=root, listings=listings)
+                listings[path] = listed
+            if "subagents" in names:
+                _walk_subagents(path, entries, runs, skipped, seen, depth=0,
+                                max_depth=max_depth, source_root=root, listings=listings)
         return
     for e in entries:
         if e.name.startswith("."):
