@@ -106,7 +106,11 @@ def _build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="write one self-contained, offline HTML audit report")
     rp.add_argument("paths", nargs="*", metavar="PATH",
-                    help="run directories or folders of runs (default: the run root)")
+                    help="run directories or folders of runs (default: the run root); one "
+                         "run directory gives that run's page")
+    rp.add_argument("--compare", nargs=2, default=None, metavar=("A", "B"),
+                    help="two run directories side by side (e.g. a fork and its source): "
+                         "where they diverge, state differences, both runs' pages")
     rp.add_argument("--out", default="report.html", metavar="FILE",
                     help="HTML file to write (default: report.html)")
     rp.add_argument("--png", default=None, metavar="DIR",
@@ -395,6 +399,8 @@ def _source_message(exc: SourceError) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if getattr(args, "compare", None):
+        return _cmd_compare(args)
     paths, err = _resolve_paths(args.paths)
     err = err or _check_out_file(args.out)
     if not err and args.png:
@@ -418,6 +424,40 @@ def cmd_report(args: argparse.Namespace) -> int:
           f"{res.seconds:.1f} s)")
     if res.images:
         print(f"rivumi-analysis: saved {len(res.images)} images to {os.path.abspath(args.png)}")
+    return EXIT_OK
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    err = None
+    if args.paths:
+        err = "give either PATH... or --compare A B, not both"
+    from .viz.report import is_run_dir
+
+    for p in args.compare:
+        if not err and not is_run_dir(p):
+            err = (f"--compare {p} is not a run directory (it holds no events.jsonl, "
+                   "session.json, request.json, checkpoint.json or result.json)")
+    err = err or _check_out_file(args.out)
+    if not err and args.png:
+        err = _check_out_dir(args.png, "--png")
+    if err:
+        print(f"rivumi-analysis report: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    from .viz.report import write_compare
+
+    progress = _Progress("report")
+    try:
+        res, div = write_compare(args.compare[0], args.compare[1], args.out,
+                                 png_dir=args.png, redact=args.redact, progress=progress)
+    except SourceError as exc:
+        print(f"rivumi-analysis report: error: {_source_message(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        progress.close()
+    print(f"rivumi-analysis: {div.message}")
+    print(f"rivumi-analysis: wrote {os.path.abspath(res.path)} "
+          f"({res.bytes / 1e6:.2f} MB, 2 runs compared, {res.charts} charts, "
+          f"{res.seconds:.1f} s)")
     return EXIT_OK
 
 

@@ -140,3 +140,37 @@ def test_token_budget_uses_fractions_when_budgets_differ():
     same = runs.with_columns(pl.lit(500_000).alias("max_total_tokens"))
     spec2 = C.token_budget(runs=same, model_calls=mc).to_dict()
     assert spec2["hconcat"][0]["layer"][0]["encoding"]["y"]["title"] == "cumulative total tokens"
+
+
+def test_wall_time_ecdf_covers_every_run_with_a_budget(tables):
+    """The ECDF panel draws every run with a budget (51 quantiles per outcome group); the
+    wall_time_exceeded runs sit at their budget."""
+    runs = tables["runs"]
+    spec = C.wall_time_budget(runs=runs, states=tables["states"],
+                              approvals=tables["approvals"]).to_dict()
+    rows = [r for r in _values(spec) if "share" in r and "group" in r]
+    groups = {r["group"]: r["runs"] for r in rows}
+    with_budget = runs.filter((pl.col("wall_time_seconds") > 0)
+                              & pl.col("active_wall_time_seconds").is_not_null())
+    assert sum(groups.values()) == with_budget.height
+    assert groups["failed: wall_time_exceeded"] == 3
+    top = [r for r in rows if r["group"] == "failed: wall_time_exceeded" and r["share"] == 1.0]
+    assert len(top) == 1 and 1.0 <= top[0]["value"] < 1.01
+    assert all(len([r for r in rows if r["group"] == g]) == 51 for g in groups)
+
+
+def test_ecdf_points_are_the_lower_quantiles():
+    f = pl.DataFrame({"g": ["a"] * 10 + ["b"], "v": [float(i) for i in range(10)] + [5.0]})
+    e = C.ecdf_points(f, "v", "g", points=11)
+    a = e.filter(pl.col("group") == "a")
+    assert a["value"].to_list() == [0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+    assert e.filter(pl.col("group") == "b")["value"].unique().to_list() == [5.0]
+
+
+def test_token_chart_picks_runs_over_their_budget_first(tables):
+    runs = tables["runs"]
+    spec = C.token_budget(runs=runs, states=tables["states"], events=tables["events"],
+                          max_runs=3).to_dict()
+    drawn = {r["run_id"] for r in _values(spec["hconcat"][0]) if "sequence" in r}
+    over = set(runs.filter(pl.col("terminal_reason") == "token_budget_exceeded")["run_id"])
+    assert len(over) == 3 and drawn == over

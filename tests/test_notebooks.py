@@ -7,6 +7,7 @@ The kernel is this interpreter (the venv's python): a throwaway kernelspec point
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -64,3 +65,68 @@ def test_notebook_executes(path: Path, kernel_env: str):
     # every chart cell produced a Vega-Lite bundle
     assert any("application/vnd.vegalite.v6+json" in o.get("data", {}) or
                "text/html" in o.get("data", {}) for o in outputs) or path.stem.startswith("01")
+
+
+STARTING_POINTS = ["00_fleet_overview", "01_load_and_validate", "02_step_timelines",
+                   "03_repeat_guards_and_budgets", "04_replay_and_forks"]
+
+
+@pytest.mark.parametrize("name", STARTING_POINTS)
+def test_starting_points_load_once_and_end_with_adapt_this(name: str):
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata.get("tags", [])  # papermill's parameter cell
+    assert "RIVUMI_RUN_ROOT" in code[0].source and "RIVUMI_NOTEBOOK_RUN_ROOT" in code[0].source
+    src = "\n".join(c.source for c in code)
+    assert src.count("load_fleet(RUN_ROOT)") == 1 and "(RUN_ROOT)" not in src.replace(
+        "load_fleet(RUN_ROOT)", "")  # every table from the one read
+    assert 'template="inline"' in code[1].source  # offline renderer
+    heads = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
+             and c.source.startswith("## Adapt this")]
+    assert heads and any(c.cell_type == "code" for c in nb.cells[heads[-1]:])
+
+
+def _execute(name: str, env: dict[str, str | None], kernel: str):
+    mp = pytest.MonkeyPatch()
+    for k, v in env.items():
+        if v is None:
+            mp.delenv(k, raising=False)
+        else:
+            mp.setenv(k, v)
+    try:
+        path = ROOT / "notebooks" / f"{name}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        NotebookClient(nb, kernel_name=kernel, timeout=120, allow_errors=False,
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        return nb
+    finally:
+        mp.undo()
+
+
+def _text(nb) -> str:
+    out = []
+    for c in nb.cells:
+        for o in c.get("outputs", []):
+            out.append(o.get("text", "") or o.get("data", {}).get("text/plain", ""))
+    return "\n".join(out)
+
+
+def test_rivumi_run_root_is_honoured_and_html_export_is_offline(kernel_env: str):
+    from nbconvert import HTMLExporter
+
+    root = str(ROOT / "tests" / "fixtures" / "example")
+    nb = _execute("00_fleet_overview", {"RIVUMI_NOTEBOOK_RUN_ROOT": None,
+                                        "RIVUMI_RUN_ROOT": root}, kernel_env)
+    assert f"1 runs from {root}" in _text(nb)
+    html, _ = HTMLExporter(template_name="basic").from_notebook_node(nb)
+    assert "vegaEmbed(" in html  # the charts are there, with Vega inlined ...
+    assert not re.search(r"<script[^>]+src=", html)  # ... and nothing is fetched
+    assert not re.search(r"<link[^>]+href=[\"']https?:", html)
+    assert not re.search(r"import\s*\(\s*[\"']https?:", html)
+
+
+def test_replay_notebook_replays_a_run_and_shows_a_fork_seed(kernel_env: str):
+    nb = _execute("04_replay_and_forks", {}, kernel_env)
+    text = _text(nb)
+    assert re.search(r"\d+ events, last run\.\w+; fork at sequence \d+", text), text[-2000:]
+    assert '"events_included":' in text and '"run_started":false' in text

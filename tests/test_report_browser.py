@@ -134,8 +134,8 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     res = write_report(corpus, str(out))
     relay = relay_section(corpus)  # sample_runs/relayflowd adds the relayflowd charts
     n_charts = len(CHART_SECTIONS) + (len(relay.charts) if relay is not None else 0)
-    assert res.charts == n_charts
-    _check(_render(out, "sample_runs"), n_charts)
+    assert res.charts == n_charts and res.run_pages >= 1
+    _check(_render(out, "sample_runs"), n_charts + res.run_page_charts)
 
 
 @pytest.mark.slow
@@ -150,7 +150,27 @@ def test_report_of_a_generated_fleet_renders_at_both_widths(tmp_path: Path) -> N
     out = tmp_path / "fleet.html"
     res = write_report([str(runs)], str(out))
     assert res.runs >= CORPUS_RUNS
-    _check(_render(out, f"corpus{CORPUS_RUNS}"), len(CHART_SECTIONS))
+    _check(_render(out, f"corpus{CORPUS_RUNS}"), len(CHART_SECTIONS) + res.run_page_charts)
+
+
+def test_run_page_and_comparison_render(tmp_path: Path) -> None:
+    """``report RUN_DIR`` and ``report --compare A B`` (a fork and its source): every chart
+    drawn with marks, none wider than its card, no console error, no network request."""
+    _need_chromium()
+    from rivumi_analysis.viz.report import write_compare
+
+    forks = ROOT / "sample_runs" / "forks"
+    src = forks / "adead8fcd12d49daa0a8c1c515f7fd2c"
+    fork = forks / "fork-0545b17e9aa347cd9f566aacb1e7c4a8"
+    failed = ROOT / "sample_runs" / "failed" / "6cb60108dd764a5fb3cb97ce9da8b79f"
+    out = tmp_path / "run.html"
+    res = write_report([str(failed)], str(out))
+    assert res.charts == 2
+    _check(_render(out, "run-page"), 2)
+    out = tmp_path / "compare.html"
+    res, div = write_compare(str(src), str(fork), str(out))
+    assert div.relation == "fork" and res.charts == 4  # the fork has no timeline of its own
+    _check(_render(out, "compare"), 4)
 
 
 def test_chromium_is_the_system_one() -> None:

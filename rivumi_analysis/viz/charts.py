@@ -42,6 +42,7 @@ __all__ = [
     "OUTCOME_ORDER",
     "REPEAT_THRESHOLD",
     "cost_by_model",
+    "ecdf_points",
     "fleet_overview",
     "fork_points",
     "outcome_mix",
@@ -103,8 +104,13 @@ def _jsonable(v: Any) -> Any:
 
 
 def _values(df: pl.DataFrame) -> alt.Data:
-    """Inline a (small, already reduced) frame as Vega-Lite ``values``."""
-    rows = [{k: _jsonable(v) for k, v in r.items()} for r in df.iter_rows(named=True)]
+    """Inline a (small, already reduced) frame as Vega-Lite ``values``.
+
+    The rows are a tuple, not a list: altair deep-copies lists and dicts inside a chart every
+    time a chart is derived from it (``encode``, ``properties``, ``layer``, ...), which cost
+    seconds per report at 2,000 runs; a tuple is kept by reference and serialised once.
+    """
+    rows = tuple({k: _jsonable(v) for k, v in r.items()} for r in df.iter_rows(named=True))
     return alt.Data(values=rows)
 
 
@@ -490,7 +496,8 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
                   events: pl.DataFrame | None = None,
                   max_runs: int = CAPS["timeline_runs"],
                   max_segments: int = CAPS["timeline_segments"],
-                  collapse_gaps: float | None = 30.0) -> alt.TopLevelMixin:
+                  collapse_gaps: float | None = 30.0,
+                  width: int = 640) -> alt.TopLevelMixin:
     """Per-run step timeline on a wall-clock axis (seconds since the run started).
 
     One row per run; within a row, lanes for model calls, tool calls (colour = effect,
@@ -507,6 +514,7 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
         collapse_gaps: draw "active time": every resume or continuation gap longer than
             this many seconds is shortened to it (the real length stays in the tooltip), so
             one long outage does not squash every other run. ``None`` keeps wall-clock time.
+        width: plot width in pixels.
 
     >>> import polars as pl
     >>> from datetime import datetime, timezone
@@ -599,7 +607,7 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
     if collapsed:
         sub += f"; {collapsed} long resume gap(s) collapsed"
     main = (alt.layer(bars, tools).add_params(run_sel)
-            .properties(width=640, height=alt.Step(height_step),
+            .properties(width=width, height=alt.Step(height_step),
                         title=alt.TitleParams(title, subtitle=sub, anchor="start")))
     if shown <= 1:
         return main
@@ -608,7 +616,7 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
                                 scale=alt.Scale(domain=[0, max_end], nice=False)),
                         x2="end_s:Q", color=color)
                 .add_params(brush)
-                .properties(width=640, height=40))
+                .properties(width=width, height=40))
     return alt.vconcat(main, overview).resolve_scale(color="shared")
 
 
@@ -782,6 +790,44 @@ def _downsample(df: pl.DataFrame, limit: int, by: str = "run_dir") -> pl.DataFra
             .drop("_i", "_n"))
 
 
+def ecdf_points(df: pl.DataFrame, value: str, group: str, *, points: int = 51
+                ) -> pl.DataFrame:
+    """Empirical CDF per group at ``points`` evenly spaced shares (quantiles in polars), so a
+    distribution over any number of runs is drawn with ``points`` rows per group.
+
+    Returns ``group, share, value, runs``: ``share`` of the group's runs have ``value`` at
+    most ``value`` (lower quantile: a value some run really has).
+
+    >>> import polars as pl
+    >>> f = pl.DataFrame({"g": ["a"] * 4, "v": [1.0, 2.0, 3.0, 4.0]})
+    >>> ecdf_points(f, "v", "g", points=5)["value"].to_list()
+    [1.0, 1.0, 2.0, 3.0, 4.0]
+    """
+    shares = [i / (points - 1) for i in range(points)]
+    d = df.filter(pl.col(value).is_not_null() & pl.col(value).is_finite())
+    if d.height == 0:
+        return pl.DataFrame(schema={"group": pl.Utf8, "share": pl.Float64,
+                                    "value": pl.Float64, "runs": pl.UInt32})
+    g = d.group_by(pl.col(group).alias("group")).agg(
+        pl.len().alias("runs"),
+        *[pl.col(value).quantile(q, interpolation="lower").alias(f"q{i}")
+          for i, q in enumerate(shares)])
+    return (g.unpivot(index=["group", "runs"], variable_name="q", value_name="value")
+            .with_columns((pl.col("q").str.slice(1).cast(pl.Int64) / (points - 1))
+                          .alias("share"))
+            .select("group", "share", pl.col("value").cast(pl.Float64), "runs")
+            .sort("group", "share"))
+
+
+def _wall_groups(r: pl.DataFrame) -> pl.Expr:
+    o = pl.col("outcome")
+    return (pl.when(o.str.starts_with("completed")).then(pl.lit("completed"))
+            .when(o == "failed: wall_time_exceeded").then(pl.lit("failed: wall_time_exceeded"))
+            .when(o.str.starts_with("failed")).then(pl.lit("failed: other reasons"))
+            .when(o == "crashed / unfinished").then(o)
+            .otherwise(pl.lit("other (cancelled, live, fork)")))
+
+
 def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                      approvals: pl.DataFrame | None = None,
                      max_runs: int = CAPS["budget_runs"],
@@ -806,7 +852,7 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     >>> r = pl.DataFrame({"run_dir": ["a"], "run_id": ["a"], "verdict": ["terminal"],
     ...     "active_wall_time_seconds": [150.0], "wall_time_seconds": [120.0]})
     >>> spec = wall_time_budget(runs=r).to_dict()
-    >>> spec["layer"][0]["encoding"]["x"]["field"]
+    >>> spec["vconcat"][0]["layer"][0]["encoding"]["x"]["field"]
     'from_frac'
     """
     title = "Wall-time budget"
@@ -905,6 +951,33 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
         width=500, height=alt.Step(16),
         title=_title(f"{title}: charged time per run ({over.height} exceeded)",
                      chosen.height, total))
+    # How close do runs get? The used share for every run, as an ECDF per outcome group.
+    grp = r.join(outcomes(runs), on="run_dir", how="left").with_columns(
+        _wall_groups(r).alias("grp"))
+    ec = ecdf_points(grp.with_columns(pl.col("used_frac").clip(0, 1.2)), "used_frac", "grp")
+    if ec.height:
+        ec = ec.with_columns(pl.col("value").round(5))
+        gorder = ["completed", "failed: wall_time_exceeded", "failed: other reasons",
+                  "crashed / unfinished", "other (cancelled, live, fork)"]
+        ecdf = (alt.Chart(_values(ec)).mark_line(interpolate="step-after", point=False)
+                .encode(x=alt.X("value:Q", title="charged time / wall_time_seconds "
+                                "(over 120 % drawn at 120 %)", axis=alt.Axis(format="%")),
+                        y=alt.Y("share:Q", title="share of the group's runs at or below",
+                                axis=alt.Axis(format="%")),
+                        color=alt.Color("group:N", scale=alt.Scale(
+                            domain=gorder, range=["#2e7d32", "#d62728", "#ff7f0e", "#17becf",
+                                                  "#7f7f7f"]),
+                            legend=_legend("outcome", orient="bottom", columns=3)),
+                        tooltip=["group:N", "runs:Q",
+                                 alt.Tooltip("share:Q", format=".0%", title="share of runs"),
+                                 alt.Tooltip("value:Q", format=".1%", title="at or below")])
+                .properties(width=560, height=200, title=alt.TitleParams(
+                    "How close do runs get to their wall-time budget?",
+                    subtitle=f"all {total} runs with a budget, as an ECDF per outcome "
+                    "(51 quantiles each)", anchor="start")))
+        rule_e = alt.Chart(_values(pl.DataFrame({"x": [1.0]}))).mark_rule(
+            color="#d62728", strokeDash=[6, 3]).encode(x="x:Q")
+        top = alt.vconcat(top, alt.layer(ecdf, rule_e)).resolve_scale(color="independent")
     if not _has(states, "run_dir", "charged_wall_seconds", "wall_elapsed_seconds", "sequence"):
         return top
     assert states is not None
@@ -1032,11 +1105,15 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     r = r.join(comp.group_by("run_dir").len("compactions"), on="run_dir", how="left")
     total_with_data = cum["run_dir"].n_unique()
     cand = r.join(cum.select("run_dir").unique(), on="run_dir", how="semi")
-    chosen = pick_runs(cand, max_runs,
-                       prefer=(pl.col("budget").is_not_null()
-                               | pl.col("compactions").is_not_null()
-                               | (pl.col("terminal_reason") == "token_budget_exceeded")),
-                       size="total_tokens")
+    # Most notable for a token budget: the runs that crossed it, then the highest share of
+    # their own budget, then runs with history compactions, then the most tokens.
+    cand = cand.with_columns(
+        (pl.col("total_tokens") / pl.col("budget").cast(pl.Float64)).alias("_frac"))
+    chosen = (cand.sort([(pl.col("terminal_reason") == "token_budget_exceeded").fill_null(False),
+                         "_frac", pl.col("compactions").is_not_null(), "total_tokens",
+                         "run_dir"],
+                        descending=[True, True, True, True, False], nulls_last=True)
+              .head(max_runs).drop("_frac"))
     chosen = chosen.join(run_labels(chosen), on="run_dir", how="left", suffix="_l")
     line_df = _downsample(cum.join(chosen.select("run_dir"), on="run_dir", how="semi"),
                           max_points)
@@ -1093,6 +1170,10 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                      alt.Tooltip("run_id:N", title="compaction in")]))
     ttl = _title(f"{title}: cumulative tokens (◆ = history compaction)", chosen.height,
                  total_with_data)
+    if chosen.height < total_with_data:
+        ttl = alt.TitleParams(ttl.text, subtitle=f"{chosen.height} of {total_with_data} runs: "
+                              "token_budget_exceeded first, then the highest share of their "
+                              "budget", anchor="start")
     if use_frac:
         ttl = alt.TitleParams(ttl.text, subtitle=[ttl.subtitle, "share of each run's own "
                               "budget (budgets differ)"] + (

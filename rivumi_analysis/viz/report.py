@@ -12,33 +12,40 @@ Charts never carry free text in the first place (see :mod:`rivumi_analysis.viz.c
 
 >>> html = render_html(load_tables(["tests/fixtures/example"]), redact=True,
 ...                    sources=["tests/fixtures/example"])
->>> "cdn." in html, html.count('class="vega-chart"') == len(CHART_SECTIONS)
+>>> "cdn." in html, html.count('class="vega-chart"') == len(CHART_SECTIONS) + 2  # 1 run page
 (False, True)
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import html as _html
-import json
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-import altair as alt
 import polars as pl
 
-from .._version import __version__
 from ..errors import SourceError
 from . import charts as C
+from ._html import CSS as _CSS  # noqa: F401 - kept importable from here
+from ._html import JS as _JS  # noqa: F401
+from ._html import e as _e
+from ._html import js_bundle as _js_bundle  # noqa: F401
+from ._html import page as _page
+from ._html import quiet as _quiet
+from ._html import reason_text as _reason_text
+from ._html import relative_run_dir
+from ._html import script_json as _script_json  # noqa: F401
+from ._html import spec as _spec
+from ._html import vl_version as _vl_version
 
-__all__ = ["CHART_SECTIONS", "ReportResult", "build_charts", "load_tables", "render_html",
-           "save_images", "write_report"]
+__all__ = ["CHART_SECTIONS", "RUN_PAGES_CAP", "ReportResult", "build_charts", "is_run_dir",
+           "load_tables", "notable_runs", "render_html", "run_pages", "save_images",
+           "write_compare", "write_report"]
 
 Tables = dict[str, pl.DataFrame | None]
 
@@ -174,174 +181,21 @@ def build_charts(tables: Tables, *, progress: Progress | None = None) -> dict[st
     for i, (key, title, _, builder) in enumerate(CHART_SECTIONS):
         progress("building charts", i, len(CHART_SECTIONS))
         try:
-            out[key] = builder(tables)
+            with _quiet():
+                out[key] = builder(tables)
         except Exception as exc:  # noqa: BLE001
             out[key] = C._empty(title, f"chart failed: {type(exc).__name__}")
     progress("building charts", len(CHART_SECTIONS), len(CHART_SECTIONS))
     return out
 
 
-# --------------------------------------------------------------------------- redaction
-def _norm(p: str) -> str:
-    # run_dir is the resolved source joined with the path below it (discovery), so the
-    # given PATH is resolved the same way before comparing
-    return os.path.realpath(p)
-
-
-def relative_run_dir(run_dir: str | None, sources: Sequence[str]) -> str | None:
-    """``run_dir`` relative to the given PATH it lies under (the PATH's own name when it *is*
-    the run). Never returns an absolute path.
-
-    >>> relative_run_dir("/x/runs/abc", ["/x/runs"])
-    'abc'
-    >>> relative_run_dir("/x/runs/abc", ["/x/runs/abc"])
-    'abc'
-    >>> relative_run_dir("/elsewhere/r", ["/x"])
-    'r'
-    """
-    if run_dir is None:
-        return None
-    rd = _norm(run_dir)
-    best: str | None = None
-    for s in sources:
-        sn = _norm(s)
-        if rd == sn:
-            cand = os.path.basename(sn) or "."
-        elif rd.startswith(sn.rstrip(os.sep) + os.sep):
-            cand = os.path.relpath(rd, sn)
-        else:
-            continue
-        if best is None or len(cand) < len(best):
-            best = cand
-    return best if best is not None else os.path.basename(rd)
-
-
 # --------------------------------------------------------------------------- html
-def _e(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:,.1f}"
-    if isinstance(v, list):
-        return ", ".join(_e(x) for x in v)
-    return _html.escape(str(v), quote=True)
-
-
-def _reason_text(code: str) -> str:
-    from ..errors import describe
-
-    try:
-        return describe(code)
-    except KeyError:
-        return ""
-
-
-@functools.lru_cache(maxsize=4)
-def _js_bundle(vl_version: str | None) -> str:
-    import vl_convert as vlc
-
-    return vlc.javascript_bundle(vl_version=vl_version)
-
-
-def _vl_version() -> str | None:
-    import vl_convert as vlc
-
-    want = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
-    return want if want in vlc.get_vegalite_versions() else None
-
-
-def _spec(chart: Any) -> dict[str, Any]:
-    d = chart.to_dict()
-    d.pop("$schema", None)  # not needed offline: mode is passed to vega-embed explicitly
-    d.setdefault("config", {}).update({"font": "system-ui, sans-serif",
-                                       "view": {"stroke": "#ddd"}})
-    return d
-
-
-def _script_json(obj: Any) -> str:
-    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-            .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
-
-
-_CSS = """
-:root{--fg:#1d2330;--muted:#5b6473;--line:#e3e6eb;--bg:#f7f8fa;--accent:#2457c5}
-*{box-sizing:border-box}body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",
-Roboto,sans-serif;color:var(--fg);background:var(--bg)}
-header{background:#1d2330;color:#fff;padding:18px 28px}header h1{margin:0;font-size:20px}
-header p{margin:4px 0 0;color:#c9cfda;font-size:13px}
-main{max-width:1320px;margin:0 auto;padding:18px 28px 60px}
-nav{margin:8px 0 16px;display:flex;flex-wrap:wrap;gap:6px}nav a{color:var(--accent);
-text-decoration:none;background:#fff;border:1px solid var(--line);border-radius:14px;
-padding:3px 10px;font-size:13px}
-.cards{display:flex;flex-wrap:wrap;gap:10px;margin:6px 0 18px}.card{background:#fff;
-border:1px solid var(--line);border-radius:8px;padding:10px 14px;min-width:130px}
-.card b{display:block;font-size:20px}.card span{color:var(--muted);font-size:12px}
-section{background:#fff;border:1px solid var(--line);border-radius:8px;padding:14px 18px;
-margin:0 0 18px}section h2{margin:0 0 4px;font-size:17px}
-section p.what{margin:0 0 10px;color:var(--muted);max-width:980px}
-.vega-chart{overflow-x:auto;min-height:60px}
-.chart-error{color:#b00020;font-weight:600}
-table{border-collapse:collapse;width:100%;font-size:12.5px}th,td{border-bottom:1px solid
-var(--line);padding:4px 6px;text-align:left;vertical-align:top}th{position:sticky;top:0;
-background:#f0f2f5;cursor:pointer;user-select:none}td.num{text-align:right;
-font-variant-numeric:tabular-nums}
-.tablewrap{max-height:560px;overflow:auto;border:1px solid var(--line);border-radius:6px}
-.v{display:inline-block;padding:1px 7px;border-radius:9px;color:#fff;font-size:11.5px}
-code{font-size:12px;background:#f0f2f5;padding:0 4px;border-radius:3px}
-input.filter{margin:0 0 8px;padding:5px 8px;width:320px;border:1px solid var(--line);
-border-radius:6px}.muted{color:var(--muted)}footer{color:var(--muted);font-size:12px}
-"""
-
-_JS = r"""
-(function(){
-  var specs = JSON.parse(document.getElementById('rivumi-specs').textContent);
-  var opts = {mode:'vega-lite', renderer:'svg',
-              actions:{export:true, source:false, compiled:false, editor:false},
-              tooltip:{theme:'light'}};
-  var pending = [];
-  Object.keys(specs).forEach(function(key){
-    var el = document.getElementById('chart-' + key);
-    pending.push(vegaEmbed(el, specs[key], opts).then(function(){
-      el.setAttribute('data-rendered', '1');
-    }).catch(function(err){
-      el.setAttribute('data-rendered', 'error');
-      el.innerHTML = '<p class="chart-error">chart failed to render</p>';
-      console.error('rivumi chart ' + key + ': ' + err);
-    }));
-  });
-  Promise.all(pending).then(function(){ document.body.setAttribute('data-charts-done','1'); });
-  document.querySelectorAll('input.filter').forEach(function(inp){
-    var tbody = document.getElementById(inp.getAttribute('data-table')).tBodies[0];
-    inp.addEventListener('input', function(){
-      var q = inp.value.toLowerCase();
-      Array.prototype.forEach.call(tbody.rows, function(tr){
-        tr.style.display = tr.textContent.toLowerCase().indexOf(q) >= 0 ? '' : 'none';
-      });
-    });
-  });
-  document.querySelectorAll('th[data-col]').forEach(function(th){
-    th.addEventListener('click', function(){
-      var table = th.closest('table'), tb = table.tBodies[0], i = th.cellIndex;
-      var asc = th.getAttribute('data-asc') !== '1'; th.setAttribute('data-asc', asc?'1':'0');
-      var rows = Array.prototype.slice.call(tb.rows);
-      rows.sort(function(a,b){
-        var x=a.cells[i].getAttribute('data-v')||a.cells[i].textContent,
-            y=b.cells[i].getAttribute('data-v')||b.cells[i].textContent;
-        var nx=parseFloat(x), ny=parseFloat(y);
-        var c = (!isNaN(nx)&&!isNaN(ny)) ? nx-ny : x.localeCompare(y);
-        return asc ? c : -c;
-      });
-      rows.forEach(function(r){ tb.appendChild(r); });
-    });
-  });
-})();
-"""
-
 AUDIT_TABLE_CAP = 5000
 QUARANTINE_TABLE_CAP = 500
 
 
-def _audit_rows(runs: pl.DataFrame, sources: Sequence[str], redact: bool) -> str:
+def _audit_rows(runs: pl.DataFrame, sources: Sequence[str], redact: bool,
+                anchors: Mapping[str, str] | None = None) -> str:
     r = runs.with_columns(
         (pl.col("verdict") == "terminal").alias("_t")).sort(["_t", "verdict", "run_dir"])
     cols = [("run_dir", "run"), ("run_id", "run id"), ("kind", "kind"),
@@ -358,7 +212,11 @@ def _audit_rows(runs: pl.DataFrame, sources: Sequence[str], redact: bool) -> str
         for c, _ in cols:
             v = row.get(c)
             if c == "run_dir":
-                v = relative_run_dir(v, sources) if redact else v
+                shown = relative_run_dir(v, sources) if redact else v
+                if anchors and v in anchors:
+                    cells.append(f'<td><a href="#{anchors[v]}">{_e(shown)}</a></td>')
+                    continue
+                v = shown
             if c == "verdict":
                 color = C.VERDICT_COLORS.get(str(v), "#555")
                 cells.append(f'<td data-v="{_e(v)}"><span class="v" style="background:{color}">'
@@ -450,9 +308,71 @@ def redact_tables(tables: Tables) -> Tables:
     return out
 
 
+RUN_PAGES_CAP = 12
+"""Run pages inside the fleet report (``rivumi-analysis report RUN_DIR`` makes any run's)."""
+
+
+def notable_runs(tables: Tables, cap: int = RUN_PAGES_CAP) -> list[str]:
+    """The runs that get a page in the fleet report, at most ``cap``: for every outcome that
+    is not a completion (failures by reason, cancelled, crashed / unfinished, live, fork), its
+    run with the most charged wall time; then the slowest and the most expensive runs of the
+    fleet; then the runs the other charts put first (:func:`charts.pick_runs`).
+
+    >>> import polars as pl
+    >>> r = pl.DataFrame({"run_dir": list("abc"), "result_status": ["completed", "failed", None],
+    ...     "terminal_reason": ["verified", "max_steps_exceeded", None],
+    ...     "active_wall_time_seconds": [9.0, 1.0, 2.0]})
+    >>> notable_runs({"runs": r, "usage": None})
+    ['b', 'c', 'a']
+    """
+    runs = tables["runs"]
+    if runs is None or runs.height == 0 or cap <= 0:
+        return []
+    r = runs.join(C.outcomes(runs), on="run_dir", how="left").with_columns(
+        C._col(runs, "active_wall_time_seconds", pl.Float64).fill_null(-1.0).alias("_w"))
+    order = {o: i for i, o in enumerate(C.OUTCOME_ORDER)}
+    picked: list[str] = []
+    firsts = (r.filter(~pl.col("outcome").str.starts_with("completed"))
+              .sort(["_w", "run_dir"], descending=[True, False])
+              .unique("outcome", keep="first", maintain_order=True))
+    for rd, _o in sorted(firsts.select("run_dir", "outcome").iter_rows(),
+                         key=lambda x: order.get(x[1], 99)):
+        picked.append(rd)
+    picked.append(r.sort(["_w", "run_dir"], descending=[True, False])["run_dir"][0])
+    usage = tables.get("usage")
+    if usage is not None and {"run_dir", "total_cost"} <= set(usage.columns) and usage.height:
+        cost = (usage.group_by("run_dir").agg(pl.col("total_cost").sum())
+                .filter(pl.col("total_cost") > 0).sort(["total_cost", "run_dir"],
+                                                        descending=[True, False]))
+        if cost.height:
+            picked.append(cost["run_dir"][0])
+    picked += C.pick_runs(runs, cap, size="active_wall_time_seconds", ordered=True
+                          )["run_dir"].to_list()
+    return list(dict.fromkeys(picked))[:cap]
+
+
+def run_pages(tables: Tables, *, sources: Sequence[str], redact: bool = False,
+              cap: int = RUN_PAGES_CAP) -> list[Any]:
+    """The fleet report's run pages (:func:`notable_runs`), as
+    :class:`rivumi_analysis.viz.run_page.RunPage` objects keyed ``run-1`` …"""
+    from .run_page import run_page, run_tables
+
+    chosen = notable_runs(tables, cap)
+    if not chosen:
+        return []
+    per = run_tables(tables, chosen)
+    labels = dict(C.run_labels(tables["runs"].filter(  # type: ignore[union-attr]
+        pl.col("run_dir").is_in(chosen))).select("run_dir", "run").iter_rows())
+    with _quiet():
+        return [run_page(tables, rd, sources=sources, redact=redact, key=f"run-{i}",
+                         embedded=True, per_run=per[rd], label=labels.get(rd))
+                for i, rd in enumerate(chosen, 1)]
+
+
 def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
                 charts: Mapping[str, Any] | None = None,
-                generated: datetime | None = None, relay: Any = None) -> str:
+                generated: datetime | None = None, relay: Any = None,
+                pages: Sequence[Any] | None = None) -> str:
     """The whole report as one HTML string (no external references).
 
     Args:
@@ -462,19 +382,23 @@ def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
         charts: prebuilt charts (default: :func:`build_charts`).
         generated: timestamp shown in the header (default: now, UTC).
         relay: the relayflowd section (``relay.report.relay_section``), or None.
+        pages: the run pages (default: :func:`run_pages`; ``[]`` for none).
     """
     if redact:
         tables = redact_tables(tables)
     charts = dict(charts) if charts is not None else build_charts(tables)
     runs = tables["runs"]
     assert runs is not None
+    pages = list(pages) if pages is not None else run_pages(tables, sources=sources,
+                                                            redact=redact)
     specs = {key: _spec(charts[key]) for key, *_ in CHART_SECTIONS if key in charts}
     # --- relayflowd section (issue 14): its own HTML and charts, rendered like the others
     relay_html = relay.html if relay is not None else ""
     if relay is not None:
         specs.update({key: _spec(chart) for key, chart in relay.charts.items()})
     # --- end of relayflowd section
-    gen = (generated or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
+    for p in pages:
+        specs.update({key: _spec(chart) for key, chart in p.charts.items()})
     verdicts = runs.group_by("verdict").len().sort("len", descending=True)
     q = tables.get("quarantine")
     cards = [(str(runs.height), "runs")]
@@ -483,25 +407,28 @@ def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
     cards.append((str(q.height if q is not None else 0), "quarantined lines"))
     src_text = (", ".join(os.path.basename(os.path.normpath(s)) or s for s in sources)
                 if redact else ", ".join(sources))
-    red = " · redacted (allowlist only)" if redact else ""
     nav = "".join(f'<a href="#sec-{k}">{_e(t)}</a>' for k, t, *_ in CHART_SECTIONS)
     nav += '<a href="#sec-reasons">Verdict reasons</a><a href="#sec-audit">Audit table</a>'
     nav += '<a href="#sec-quarantine">Quarantine</a>'
+    nav += '<a href="#sec-runs">Run pages</a>' if pages else ""
     nav += '<a href="#sec-relay">relayflowd journals</a>' if relay is not None else ""
     sections = "".join(
         f'<section id="sec-{k}"><h2>{_e(t)}</h2><p class="what">{_e(what)}</p>'
         f'<div class="vega-chart" id="chart-{k}" data-chart="{k}"></div></section>'
         for k, t, what, _ in CHART_SECTIONS if k in specs)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data: blob:">
-<title>Rivumi run audit report</title><style>{_CSS}</style></head>
-<body data-charts="{len(specs)}">
-<header><h1>Rivumi run audit report</h1>
-<p>{runs.height} run(s) from {_e(src_text)} · generated {gen} by rivumi-analysis {__version__}{red}</p>
-</header><main>
-<div class="cards">{"".join(f'<div class="card"><b>{_e(a)}</b><span>{_e(b)}</span></div>'
+    anchors = {p.run_dir: p.anchor for p in pages}
+    runs_html = ""
+    if pages:
+        index = "".join(f'<li><a href="#{p.anchor}">{_e(p.label)}</a></li>' for p in pages)
+        runs_html = (f'<section id="sec-runs"><h2>Run pages</h2><p class="what">{len(pages)} '
+                     f"of {runs.height} runs have a page here (cap {RUN_PAGES_CAP}): for each "
+                     "outcome that is not a completion, its run with the most charged wall "
+                     "time, then the slowest and the most expensive run. Any run's page: "
+                     "<code>rivumi-analysis report RUN_DIR</code>; two runs side by side: "
+                     "<code>rivumi-analysis report --compare A B</code>.</p>"
+                     f'<ul class="runindex">{index}</ul></section>'
+                     + "".join(p.html for p in pages))
+    body = f"""<div class="cards">{"".join(f'<div class="card"><b>{_e(a)}</b><span>{_e(b)}</span></div>'
                             for a, b in cards)}</div>
 <nav>{nav}</nav>
 {sections}
@@ -509,20 +436,17 @@ def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
 code found, how many runs carry it, under which verdicts, and what it means.</p>
 {_reasons_table(runs)}</section>
 <section id="sec-audit"><h2>Audit table</h2><p class="what">One row per run, non-terminal
-verdicts first. Click a header to sort; type to filter.</p>
-{_audit_rows(runs, sources, redact)}</section>
+verdicts first. Click a header to sort; type to filter{"; a linked run has a page below" if pages else ""}.</p>
+{_audit_rows(runs, sources, redact, anchors)}</section>
 <section id="sec-quarantine"><h2>Quarantine</h2><p class="what">Lines that were not accepted
 as events, with the reason code{"" if redact else ", the loader's message and the start of the raw bytes"}.</p>
 {_quarantine_table(q, sources, redact)}</section>
 {relay_html}
+{runs_html}
 <footer>Charts cap the runs they draw (most notable first); counts and distributions use every
-run. Rendered offline with inlined Vega, Vega-Lite and vega-embed.</footer>
-</main>
-<script>{_js_bundle(_vl_version())}</script>
-<script type="application/json" id="rivumi-specs">{_script_json(specs)}</script>
-<script>{_JS}</script>
-</body></html>
-"""
+run. Rendered offline with inlined Vega, Vega-Lite and vega-embed.</footer>"""
+    return _page("Rivumi run audit report", f"{runs.height} run(s) from {src_text}", body,
+                 {}, redact=redact, generated=generated, specs=specs)
 
 
 # --------------------------------------------------------------------------- files
@@ -558,12 +482,20 @@ class ReportResult:
     charts: int
     images: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    run_pages: int = 0
+    """Run pages inside the fleet report (:data:`RUN_PAGES_CAP`)."""
+    run_page_charts: int = 0
+    """Charts of those run pages (not counted in ``charts``)."""
 
 
 def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
                  redact: bool = False, max_depth: int = 8,
-                 progress: Progress | None = None) -> ReportResult:
+                 progress: Progress | None = None, run_page: bool | None = None
+                 ) -> ReportResult:
     """Load ``paths``, build every chart and write the self-contained report to ``out``.
+
+    One PATH that is itself a run directory (``rivumi-analysis report RUN_DIR``) gives that
+    run's page instead of the fleet report (``run_page=False`` forces the fleet report).
 
     The file is written to a temporary name beside ``out`` and renamed into place, so a
     failure never leaves a half-written report or a stray temporary file.
@@ -588,14 +520,35 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
                                "result.json; check the PATH and --max-depth")
     if redact:
         tables = redact_tables(tables)
+    if run_page is None:
+        run_page = len(paths) == 1 and is_run_dir(paths[0])
+    if run_page:
+        from .run_page import run_page as _one_page
+
+        rd = _run_dir_of(paths[0], runs)
+        progress("building charts", 0, 1)
+        with _quiet():
+            page = _one_page(tables, rd, sources=paths, redact=redact)
+        progress("building charts", 1, 1)
+        progress("writing html", 0, 1)
+        _atomic_write_text(out, _page(f"Rivumi run: {page.label}",
+                                      f"one run: {relative_run_dir(rd, paths) if redact else rd}",
+                                      page.html, page.charts, redact=redact))
+        progress("writing html", 1, 1)
+        images = save_images(page.charts, png_dir) if png_dir else []
+        return ReportResult(path=out, bytes=os.path.getsize(out), runs=runs.height,
+                            charts=len(page.charts), images=images,
+                            seconds=time.perf_counter() - t0)
     charts = build_charts(tables, progress=progress)
     from ..relay.report import relay_section  # relayflowd journals under the PATHs (issue 14)
 
     relay = relay_section(paths, redact=redact, max_depth=max_depth)
     if relay is not None:
         charts = {**charts, **relay.charts}
+    pages = run_pages(tables, sources=paths, redact=redact)
     progress("writing html", 0, 1)
-    text = render_html(tables, sources=paths, redact=redact, charts=charts, relay=relay)
+    text = render_html(tables, sources=paths, redact=redact, charts=charts, relay=relay,
+                       pages=pages)
     _atomic_write_text(out, text)
     progress("writing html", 1, 1)
     images: list[str] = []
@@ -604,7 +557,77 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
         images = save_images(charts, png_dir)
         progress("saving images", len(charts), len(charts))
     return ReportResult(path=out, bytes=os.path.getsize(out), runs=runs.height,
-                        charts=len(charts), images=images, seconds=time.perf_counter() - t0)
+                        charts=len(charts), images=images, seconds=time.perf_counter() - t0,
+                        run_pages=len(pages),
+                        run_page_charts=sum(len(p.charts) for p in pages))
+
+
+def is_run_dir(path: str) -> bool:
+    """True when ``path`` is itself a run directory (holds one of the run files directly;
+    a symlinked directory is not followed, as discovery does).
+
+    >>> is_run_dir("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e"), is_run_dir(
+    ...            "tests/fixtures/example")
+    (True, False)
+    """
+    from ..read.discovery import RUN_MARKERS
+
+    p = os.path.expanduser(path)
+    if os.path.islink(p.rstrip(os.sep)) or not os.path.isdir(p):
+        return False
+    return any(os.path.lexists(os.path.join(p, m)) for m in RUN_MARKERS)
+
+
+def _run_dir_of(path: str, runs: pl.DataFrame) -> str:
+    """The ``run_dir`` of the run at ``path`` (the resolved path, as discovery writes it)."""
+    want = os.path.realpath(os.path.expanduser(path))
+    found = runs.filter(pl.col("run_dir") == want)
+    if found.height:
+        return want
+    # not a top-level run (e.g. given through an odd path): the shortest run_dir is the run
+    return min(runs["run_dir"].to_list(), key=len)
+
+
+def write_compare(run_a: str, run_b: str, out: str, *, png_dir: str | None = None,
+                  redact: bool = False, progress: Progress | None = None
+                  ) -> tuple[ReportResult, Any]:
+    """Write two runs side by side (``rivumi-analysis report --compare A B``) to ``out``.
+
+    Returns the result and the :class:`~rivumi_analysis.viz.run_page.Divergence`.
+
+    Raises:
+        SourceError: A or B is not a run directory (code ``not_a_run``); nothing is written.
+    """
+    from .run_page import render_compare_html
+
+    progress = progress or _no_progress
+    t0 = time.perf_counter()
+    for p in (run_a, run_b):
+        if not is_run_dir(p):
+            raise SourceError(f"{p} is not a run directory", code="not_a_run",
+                              hint="--compare takes two run directories (each holds "
+                                   "events.jsonl or session.json)")
+    tables = load_tables([run_a, run_b], max_depth=0, progress=progress)
+    runs = tables["runs"]
+    assert runs is not None
+    if redact:
+        tables = redact_tables(tables)
+    a, b = _run_dir_of(run_a, runs), _run_dir_of(run_b, runs)
+    progress("building charts", 0, 1)
+    with _quiet():
+        html, n, div = render_compare_html(tables, a, b, sources=[run_a, run_b],
+                                           redact=redact)
+    progress("writing html", 0, 1)
+    _atomic_write_text(out, html)
+    progress("writing html", 1, 1)
+    images: list[str] = []
+    if png_dir:
+        from .run_page import compare_page
+
+        images = save_images(compare_page(tables, a, b, sources=[run_a, run_b],
+                                          redact=redact)[1], png_dir)
+    return (ReportResult(path=out, bytes=os.path.getsize(out), runs=2, charts=n,
+                         images=images, seconds=time.perf_counter() - t0), div)
 
 
 def _atomic_write_text(out: str, text: str) -> None:

@@ -1,0 +1,223 @@
+"""HTML pieces shared by the fleet report and the run pages: escaping, the inlined Vega
+bundle, chart specs as JSON, the page shell (CSS and the script that renders every chart).
+
+Private to :mod:`rivumi_analysis.viz`; nothing here reads runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import html as _html
+import json
+import os
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import altair as alt
+
+from .._version import __version__
+
+
+def _norm(p: str) -> str:
+    # run_dir is the resolved source joined with the path below it (discovery), so the
+    # given PATH is resolved the same way before comparing
+    return os.path.realpath(p)
+
+
+def relative_run_dir(run_dir: str | None, sources: Sequence[str]) -> str | None:
+    """``run_dir`` relative to the given PATH it lies under (the PATH's own name when it *is*
+    the run). Never returns an absolute path.
+
+    >>> relative_run_dir("/x/runs/abc", ["/x/runs"])
+    'abc'
+    >>> relative_run_dir("/x/runs/abc", ["/x/runs/abc"])
+    'abc'
+    >>> relative_run_dir("/elsewhere/r", ["/x"])
+    'r'
+    """
+    if run_dir is None:
+        return None
+    rd = _norm(run_dir)
+    best: str | None = None
+    for s in sources:
+        sn = _norm(s)
+        if rd == sn:
+            cand = os.path.basename(sn) or "."
+        elif rd.startswith(sn.rstrip(os.sep) + os.sep):
+            cand = os.path.relpath(rd, sn)
+        else:
+            continue
+        if best is None or len(cand) < len(best):
+            best = cand
+    return best if best is not None else os.path.basename(rd)
+
+
+def e(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:,.1f}"
+    if isinstance(v, list):
+        return ", ".join(e(x) for x in v)
+    return _html.escape(str(v), quote=True)
+
+
+def reason_text(code: str) -> str:
+    from ..errors import describe
+
+    try:
+        return describe(code)
+    except KeyError:
+        return ""
+
+
+@functools.lru_cache(maxsize=4)
+def js_bundle(vl_version: str | None) -> str:
+    import vl_convert as vlc
+
+    return vlc.javascript_bundle(vl_version=vl_version)
+
+
+def vl_version() -> str | None:
+    import vl_convert as vlc
+
+    want = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+    return want if want in vlc.get_vegalite_versions() else None
+
+
+def quiet() -> Any:
+    """A context without altair's per-construction JSON-schema validation (its "debug mode").
+
+    Building a report's charts validated every derived chart with its inline data again and
+    again (seconds at 2,000 runs); the specs are still whole Vega-Lite (the builders' unit
+    tests call the validating ``to_dict()``).
+    """
+    from altair.utils.schemapi import debug_mode
+
+    return debug_mode(False)
+
+
+def spec(chart: Any) -> dict[str, Any]:
+    """The chart's Vega-Lite dict as the page embeds it (not validated again: see
+    :func:`quiet`)."""
+    with quiet():
+        d = chart.to_dict(validate=False)
+    d.pop("$schema", None)  # not needed offline: mode is passed to vega-embed explicitly
+    d.setdefault("config", {}).update({"font": "system-ui, sans-serif",
+                                       "view": {"stroke": "#ddd"}})
+    return d
+
+
+def script_json(obj: Any) -> str:
+    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+            .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+
+
+CSS = """
+:root{--fg:#1d2330;--muted:#5b6473;--line:#e3e6eb;--bg:#f7f8fa;--accent:#2457c5}
+*{box-sizing:border-box}body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",
+Roboto,sans-serif;color:var(--fg);background:var(--bg)}
+header{background:#1d2330;color:#fff;padding:18px 28px}header h1{margin:0;font-size:20px}
+header p{margin:4px 0 0;color:#c9cfda;font-size:13px}
+main{max-width:1320px;margin:0 auto;padding:18px 28px 60px}
+nav{margin:8px 0 16px;display:flex;flex-wrap:wrap;gap:6px}nav a{color:var(--accent);
+text-decoration:none;background:#fff;border:1px solid var(--line);border-radius:14px;
+padding:3px 10px;font-size:13px}
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin:6px 0 18px}.card{background:#fff;
+border:1px solid var(--line);border-radius:8px;padding:10px 14px;min-width:130px}
+.card b{display:block;font-size:20px}.card span{color:var(--muted);font-size:12px}
+section{background:#fff;border:1px solid var(--line);border-radius:8px;padding:14px 18px;
+margin:0 0 18px}section h2{margin:0 0 4px;font-size:17px}
+section p.what{margin:0 0 10px;color:var(--muted);max-width:980px}
+.vega-chart{overflow-x:auto;min-height:60px}
+.chart-error{color:#b00020;font-weight:600}
+.runhead{display:flex;flex-wrap:wrap;gap:18px}.runhead>*{flex:1 1 380px;min-width:0}
+table.kv th{width:190px;position:static;cursor:default;background:#f7f8fa}
+ul.codes{margin:4px 0;padding-left:18px}ul.runindex{columns:2;margin:4px 0}
+.two{display:flex;flex-wrap:wrap;gap:18px}.two>*{flex:1 1 420px;min-width:0}
+p.diverge{font-size:15px;border-left:4px solid #6a1b9a;padding:6px 10px;background:#f6f0fa}
+tr.differs th,tr.differs td{background:#fff4e5}section.runpage{border-top:3px solid #1d2330}
+section h3{font-size:15px;margin:14px 0 4px}
+table{border-collapse:collapse;width:100%;font-size:12.5px}th,td{border-bottom:1px solid
+var(--line);padding:4px 6px;text-align:left;vertical-align:top}th{position:sticky;top:0;
+background:#f0f2f5;cursor:pointer;user-select:none}td.num{text-align:right;
+font-variant-numeric:tabular-nums}
+.tablewrap{max-height:560px;overflow:auto;border:1px solid var(--line);border-radius:6px}
+.v{display:inline-block;padding:1px 7px;border-radius:9px;color:#fff;font-size:11.5px}
+code{font-size:12px;background:#f0f2f5;padding:0 4px;border-radius:3px}
+input.filter{margin:0 0 8px;padding:5px 8px;width:320px;border:1px solid var(--line);
+border-radius:6px}.muted{color:var(--muted)}footer{color:var(--muted);font-size:12px}
+"""
+
+JS = r"""
+(function(){
+  var specs = JSON.parse(document.getElementById('rivumi-specs').textContent);
+  var opts = {mode:'vega-lite', renderer:'svg',
+              actions:{export:true, source:false, compiled:false, editor:false},
+              tooltip:{theme:'light'}};
+  var pending = [];
+  Object.keys(specs).forEach(function(key){
+    var el = document.getElementById('chart-' + key);
+    pending.push(vegaEmbed(el, specs[key], opts).then(function(){
+      el.setAttribute('data-rendered', '1');
+    }).catch(function(err){
+      el.setAttribute('data-rendered', 'error');
+      el.innerHTML = '<p class="chart-error">chart failed to render</p>';
+      console.error('rivumi chart ' + key + ': ' + err);
+    }));
+  });
+  Promise.all(pending).then(function(){ document.body.setAttribute('data-charts-done','1'); });
+  document.querySelectorAll('input.filter').forEach(function(inp){
+    var tbody = document.getElementById(inp.getAttribute('data-table')).tBodies[0];
+    inp.addEventListener('input', function(){
+      var q = inp.value.toLowerCase();
+      Array.prototype.forEach.call(tbody.rows, function(tr){
+        tr.style.display = tr.textContent.toLowerCase().indexOf(q) >= 0 ? '' : 'none';
+      });
+    });
+  });
+  document.querySelectorAll('th[data-col]').forEach(function(th){
+    th.addEventListener('click', function(){
+      var table = th.closest('table'), tb = table.tBodies[0], i = th.cellIndex;
+      var asc = th.getAttribute('data-asc') !== '1'; th.setAttribute('data-asc', asc?'1':'0');
+      var rows = Array.prototype.slice.call(tb.rows);
+      rows.sort(function(a,b){
+        var x=a.cells[i].getAttribute('data-v')||a.cells[i].textContent,
+            y=b.cells[i].getAttribute('data-v')||b.cells[i].textContent;
+        var nx=parseFloat(x), ny=parseFloat(y);
+        var c = (!isNaN(nx)&&!isNaN(ny)) ? nx-ny : x.localeCompare(y);
+        return asc ? c : -c;
+      });
+      rows.forEach(function(r){ tb.appendChild(r); });
+    });
+  });
+})();
+"""
+
+
+
+def page(title: str, subtitle: str, body: str, charts: Mapping[str, Any], *,
+         redact: bool = False, generated: datetime | None = None,
+         specs: Mapping[str, Any] | None = None) -> str:
+    """A whole self-contained page: header, ``body`` and every chart of ``charts`` rendered
+    into its ``<div class="vega-chart" id="chart-KEY">`` (``specs`` when already built)."""
+    specs = dict(specs) if specs is not None else {k: spec(c) for k, c in charts.items()}
+    gen = (generated or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
+    red = " · redacted (allowlist only)" if redact else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data: blob:">
+<title>{e(title)}</title><style>{CSS}</style></head>
+<body data-charts="{len(specs)}">
+<header><h1>{e(title)}</h1>
+<p>{e(subtitle)} · generated {gen} by rivumi-analysis {__version__}{red}</p>
+</header><main>
+{body}
+</main>
+<script>{js_bundle(vl_version())}</script>
+<script type="application/json" id="rivumi-specs">{script_json(specs)}</script>
+<script>{JS}</script>
+</body></html>
+"""
