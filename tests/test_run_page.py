@@ -202,3 +202,33 @@ def test_cli_compare_usage_errors(tmp_path, capsys):
                  "--out", str(out)]) == 2
     assert "not both" in capsys.readouterr().err
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_vega_bundle_is_cached_and_checked(tmp_path, monkeypatch):
+    """The inlined Vega bundle is kept in the cache dir with its sha256; a damaged file is
+    rebuilt, never served."""
+    from rivumi_analysis.viz import _html
+
+    monkeypatch.setenv("RIVUMI_ANALYSIS_CACHE_DIR", str(tmp_path))
+    _html.js_bundle.cache_clear()
+    first = _html.js_bundle(_html.vl_version())
+    files = list(tmp_path.glob("vega-bundle-*.js"))
+    assert len(files) == 1 and "vegaEmbed" in first
+    head, _, body = files[0].read_text().partition("\n")
+    assert body == first and head.startswith("// sha256:")
+    files[0].write_text(head + "\n" + body[:-10] + "tampered")  # damaged copy
+    _html.js_bundle.cache_clear()
+    assert _html.js_bundle(_html.vl_version()) == first  # rebuilt, not the damaged text
+    assert files[0].read_text().partition("\n")[2] == first
+    _html.js_bundle.cache_clear()
+
+
+def test_run_page_of_a_run_with_a_duplicate_sequence():
+    """An emit race (§2.4) leaves two events with one sequence: the page still draws."""
+    dup = SAMPLE_RUNS / "bad_input"
+    t = load_tables([str(dup)])
+    runs = t["runs"].filter(pl.col("reasons").list.contains("duplicate_sequence"))
+    assert runs.height >= 1
+    rd = runs["run_dir"][0]
+    page = RP.run_page(t, rd, sources=[str(dup)])
+    assert page.charts and all(c.to_dict() for c in page.charts.values())

@@ -6,10 +6,13 @@ Private to :mod:`rivumi_analysis.viz`; nothing here reads runs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import html as _html
 import json
 import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -74,9 +77,36 @@ def reason_text(code: str) -> str:
 
 @functools.lru_cache(maxsize=4)
 def js_bundle(vl_version: str | None) -> str:
+    """Vega, Vega-Lite and vega-embed as one script (vl-convert's bundle).
+
+    Bundling takes 4-9 s on a busy 2-core machine, once per process; the result depends only
+    on the vl-convert and Vega-Lite versions, so it is kept in the user cache directory
+    (``vega-bundle-<vl-convert>-<vega-lite>.js``, with its sha256 on the first line, checked
+    on every read). A cache that cannot be read or written only costs the bundling time.
+    """
     import vl_convert as vlc
 
-    return vlc.javascript_bundle(vl_version=vl_version)
+    from ..read.cache import default_cache_dir
+
+    path = os.path.join(default_cache_dir(),
+                        f"vega-bundle-{vlc.__version__}-{vl_version or 'default'}.js")
+    with contextlib.suppress(OSError, ValueError):
+        with open(path, encoding="utf-8") as fh:
+            head, _, text = fh.read().partition("\n")
+        if head == "// sha256:" + hashlib.sha256(text.encode()).hexdigest():
+            return text
+    text = vlc.javascript_bundle(vl_version=vl_version)
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(f"// sha256:{hashlib.sha256(text.encode()).hexdigest()}\n{text}")
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    return text
 
 
 def vl_version() -> str | None:
@@ -185,8 +215,8 @@ JS = r"""
       rows.sort(function(a,b){
         var x=a.cells[i].getAttribute('data-v')||a.cells[i].textContent,
             y=b.cells[i].getAttribute('data-v')||b.cells[i].textContent;
-        var nx=parseFloat(x), ny=parseFloat(y);
-        var c = (!isNaN(nx)&&!isNaN(ny)) ? nx-ny : x.localeCompare(y);
+        var nx=Number(x.replace(/,/g,'')), ny=Number(y.replace(/,/g,''));
+        var c = (x!==''&&y!==''&&!isNaN(nx)&&!isNaN(ny)) ? nx-ny : x.localeCompare(y);
         return asc ? c : -c;
       });
       rows.forEach(function(r){ tb.appendChild(r); });

@@ -569,7 +569,10 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
            "name:N", "outcome:N", alt.Tooltip("start_s:Q", title="start s"),
            alt.Tooltip("dur_s:Q", title="duration s")]
     height_step = 4 if shown > 1 else 14  # per lane (5 lanes per run row)
-    base = alt.Chart(_values(seg))
+    data = _values(seg)
+    # With the zoom strip the rows are given once, to the vconcat (both views inherit them);
+    # altair would otherwise inline them in each view (twice the bytes).
+    base = alt.Chart(data) if shown <= 1 else alt.Chart()
     x_title = ("active seconds since run start (resume gaps over "
                f"{collapse_gaps:g} s shortened to it)" if collapsed else
                "seconds since run start")
@@ -617,7 +620,7 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
                         x2="end_s:Q", color=color)
                 .add_params(brush)
                 .properties(width=width, height=40))
-    return alt.vconcat(main, overview).resolve_scale(color="shared")
+    return alt.vconcat(main, overview, data=data).resolve_scale(color="shared")
 
 
 # --------------------------------------------------------------------------- repeat guard

@@ -196,6 +196,9 @@ QUARANTINE_TABLE_CAP = 500
 
 def _audit_rows(runs: pl.DataFrame, sources: Sequence[str], redact: bool,
                 anchors: Mapping[str, str] | None = None) -> str:
+    """The audit table, compact (it is the largest part of a 10,000-run report): run dirs
+    relative to the PATH given (the header names it), messages without the run's own path,
+    verdict colours by CSS class, numbers sorted by their text."""
     r = runs.with_columns(
         (pl.col("verdict") == "terminal").alias("_t")).sort(["_t", "verdict", "run_dir"])
     cols = [("run_dir", "run"), ("run_id", "run id"), ("kind", "kind"),
@@ -209,29 +212,34 @@ def _audit_rows(runs: pl.DataFrame, sources: Sequence[str], redact: bool,
     body = []
     for row in r.head(AUDIT_TABLE_CAP).iter_rows(named=True):
         cells = []
+        rd = row.get("run_dir")
         for c, _ in cols:
             v = row.get(c)
             if c == "run_dir":
-                shown = relative_run_dir(v, sources) if redact else v
+                shown = relative_run_dir(v, sources)
                 if anchors and v in anchors:
                     cells.append(f'<td><a href="#{anchors[v]}">{_e(shown)}</a></td>')
                     continue
                 v = shown
+            elif c == "message" and isinstance(v, str) and rd:
+                v = v.replace(rd + os.sep, "").replace(rd, ".")
             if c == "verdict":
-                color = C.VERDICT_COLORS.get(str(v), "#555")
-                cells.append(f'<td data-v="{_e(v)}"><span class="v" style="background:{color}">'
-                             f'{_e(v)}</span></td>')
-                continue
-            if isinstance(v, int | float) and not isinstance(v, bool):
-                cells.append(f'<td class="num" data-v="{v}">{_e(v)}</td>')
+                cells.append(f'<td><span class="v v-{_e(v)}">{_e(v)}</span></td>')
+            elif isinstance(v, int | float) and not isinstance(v, bool):
+                cells.append(f'<td class="n">{_e(v)}</td>')
             elif isinstance(v, list):
                 cells.append("<td>" + " ".join(f"<code>{_e(x)}</code>" for x in v) + "</td>")
             else:
                 cells.append(f"<td>{_e(v)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    more = (f'<p class="muted">First {AUDIT_TABLE_CAP} of {r.height} runs shown.</p>'
-            if r.height > AUDIT_TABLE_CAP else "")
-    return (f'<input class="filter" data-table="audit-table" placeholder="filter runs…">'
+    more = (f'<p class="muted">First {AUDIT_TABLE_CAP} of {r.height} runs shown (cap; '
+            "non-terminal verdicts first): <code>rivumi-analysis audit</code> lists them "
+            "all.</p>" if r.height > AUDIT_TABLE_CAP else "")
+    colors = "".join(f".v-{k}{{background:{c}}}" for k, c in C.VERDICT_COLORS.items())
+    return (f"<style>{colors}.v{{background:#555}}td.n{{text-align:right;"
+            "font-variant-numeric:tabular-nums}</style>"
+            f'<p class="muted">Run directories relative to the PATH given.</p>'
+            f'<input class="filter" data-table="audit-table" placeholder="filter runs…">'
             f'<div class="tablewrap"><table id="audit-table"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>{more}')
 

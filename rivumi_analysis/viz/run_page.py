@@ -49,7 +49,7 @@ PAGE_CAPS: Mapping[str, int] = {
     "tool_rows": 300,         # rows of the tool-call table
     "tool_rows_embedded": 40,
     "burn_points": 1500,      # events drawn in the burn-down (evenly thinned, last kept)
-    "burn_points_embedded": 300,
+    "burn_points_embedded": 120,
     "diff_rows": 200,         # rows of the state-difference table in a comparison
 }
 """Row caps of the run pages. Each table says when it was cut."""
@@ -230,10 +230,23 @@ def burn_chart(states: pl.DataFrame | None, run: Mapping[str, Any], *,
             tooltip=[alt.Tooltip("budget:N", title="final (session.json)"),
                      alt.Tooltip("used:Q", format=",.1f"), alt.Tooltip("limit:Q", format=",.0f"),
                      alt.Tooltip("fraction:Q", format=".1%")]))
-    if burn.height:
+    # One wide row per drawn event, given once to the vconcat (all three views inherit it);
+    # the budget lines fold their columns back into (budget, fraction) in Vega-Lite.
+    budgets = [b for b in ("steps", "wall time", "tokens")
+               if b in set(burn["budget"].to_list())]
+    wide = drawn.select("sequence", "event_type", _lane().alias("lane"),
+                        C._col(drawn, "step", pl.Int64).alias("step"),
+                        C._col(drawn, "repeat_count", pl.Int64, 0).fill_null(0)
+                        .alias("repeat_count"))
+    if budgets:
+        wide = wide.join(burn.pivot(on="budget", index="sequence", values="fraction",
+                                    aggregate_function="first"),
+                         on="sequence", how="left")
+    if budgets:
         peak = max(float(burn["fraction"].max() or 0.0),
                    float(final["fraction"].max() or 0.0) if final.height else 0.0)
-        lines = (alt.Chart(C._values(burn)).mark_line(interpolate="step-after", point=False)
+        lines = (alt.Chart().transform_fold(budgets, as_=["budget", "fraction"])
+                 .mark_line(interpolate="step-after", point=False)
                  .encode(x=x, y=alt.Y("fraction:Q", title="budget used",
                                       axis=alt.Axis(format="%"),
                                       scale=alt.Scale(domain=[0, max(1.0, peak)])),
@@ -242,8 +255,6 @@ def burn_chart(states: pl.DataFrame | None, run: Mapping[str, Any], *,
                              range=["#1f77b4", "#ff7f0e", "#2ca02c"]),
                              legend=C._legend("budget", orient="right")),
                          tooltip=["sequence:Q", "event_type:N", "budget:N",
-                                  alt.Tooltip("used:Q", format=",.1f"),
-                                  alt.Tooltip("limit:Q", format=",.0f"),
                                   alt.Tooltip("fraction:Q", format=".1%")]))
         full = alt.Chart(alt.Data(values=[{"y": 1.0}])).mark_rule(color="#d62728").encode(
             y="y:Q")
@@ -252,27 +263,24 @@ def burn_chart(states: pl.DataFrame | None, run: Mapping[str, Any], *,
             title=alt.TitleParams(title, subtitle=sub, anchor="start"))
     else:
         top = C._empty(title, "this run has no step, wall-time or token budget")
-    rep = drawn.select("sequence", "event_type",
-                       C._col(drawn, "repeat_count", pl.Int64, 0).fill_null(0)
-                       .alias("repeat_count"))
     repeat = alt.layer(
-        alt.Chart(C._values(rep)).mark_line(interpolate="step-after", color="#8c564b")
+        alt.Chart().mark_line(interpolate="step-after", color="#8c564b")
         .encode(x=x, y=alt.Y("repeat_count:Q", title="repeat count",
                              scale=alt.Scale(domain=[0, C.REPEAT_THRESHOLD])),
                 tooltip=["sequence:Q", "event_type:N", "repeat_count:Q"]),
         alt.Chart(alt.Data(values=[{"y": C.REPEAT_THRESHOLD}]))
         .mark_rule(color="#d62728", strokeDash=[3, 3]).encode(y="y:Q"),
         *marks).properties(width=width, height=60)
-    ev = drawn.select("sequence", "event_type", _lane().alias("lane"),
-                      C._col(drawn, "step", pl.Int64).alias("step"))
     lanes = alt.layer(
-        alt.Chart(C._values(ev)).mark_tick(thickness=2).encode(
+        alt.Chart().mark_tick(thickness=2).encode(
             x=x, y=alt.Y("lane:N", title=None,
                          sort=["run", "model", "tool", "approval", "verification"]),
             color=alt.Color("lane:N", legend=None),
             tooltip=["sequence:Q", "event_type:N", "step:Q"]),
         *marks).properties(width=width, height=alt.Step(14))
-    return alt.vconcat(top, repeat, lanes).resolve_scale(color="independent")
+    return alt.vconcat(top, repeat, lanes, data=C._values(wide)).resolve_scale(
+        color="independent")
+
 
 
 # --------------------------------------------------------------------------- html parts
