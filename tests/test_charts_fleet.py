@@ -174,3 +174,22 @@ def test_token_chart_picks_runs_over_their_budget_first(tables):
     drawn = {r["run_id"] for r in _values(spec["hconcat"][0]) if "sequence" in r}
     over = set(runs.filter(pl.col("terminal_reason") == "token_budget_exceeded")["run_id"])
     assert len(over) == 3 and drawn == over
+
+
+def test_fleet_scatter_points_carry_their_wall_time_bin(tables):
+    """Clicking a wall-time bin picks its runs in the scatter: each point's bin ``b`` is the
+    histogram bin that counts it."""
+    spec = C.fleet_overview(tables["runs"]).to_dict()
+    rows = _values(spec)
+    pts = [r for r in rows if "total_tokens" in r and "b" in r]
+    bins = {(r["b"], r["verdict"]): r for r in rows if "from_s" in r}
+    assert pts and bins
+    for p in pts:
+        if p["wall_s"] is None:
+            continue
+        h = bins[(p["b"], p["verdict"])]
+        assert h["from_s"] - 0.01 <= p["wall_s"] <= h["to_s"] + 0.01
+    assert sum(r["runs"] for r in bins.values()) == tables["runs"].filter(
+        pl.col("active_wall_time_seconds").is_not_null()).height
+    params = {p["name"] for p in spec.get("params", [])}
+    assert {"wall_bin", "verdict_pick"} <= params or "wall_bin" in str(spec)

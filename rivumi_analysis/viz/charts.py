@@ -331,15 +331,27 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
                         tooltip=["terminal_reason:N", "verdict:N", "runs:Q"])
                 .properties(width=210, height=alt.Step(16)))
 
+    # Charged wall time bins (over all runs, in polars); a click on a bin picks its runs in
+    # the scatter (linked selection, with the verdict pick).
+    w = r.filter(pl.col("wall_s").is_not_null())
+    nb = 20
+    bin_w = max(float(w["wall_s"].max() or 0.0), 1e-9) / nb if w.height else 1.0
+    wall_bin = (pl.col("wall_s") / bin_w).floor().clip(0, nb - 1).cast(pl.Int64)
+    bin_sel = alt.selection_point(fields=["b"], name="wall_bin", on="click",
+                                  clear="dblclick")
+    linked = alt.condition(verdict_sel & bin_sel, alt.value(1.0), alt.value(0.12))
     pts = pick_runs(r, max_points, size="total_tokens")
     tok = r["total_tokens"].drop_nulls()
     # Tokens spanning more than two orders of magnitude get a log axis.
     log_tokens = bool(tok.len() and (tok.max() or 0) > 100 * max(float(tok.median() or 1), 1))
     pts = pts.join(run_labels(pts), on="run_dir", how="left", suffix="_l").select(
         "run", pl.col("run_id"), "verdict", "kind", "terminal_reason", "step", "total_tokens",
-        pl.col("wall_s").round(2))
-    c_scatter = (alt.Chart(_values(pts), title=_title("Steps, tokens and time per run",
-                                                      pts.height, r.height))
+        pl.col("wall_s").round(2), wall_bin.alias("b"))
+    c_scatter = (alt.Chart(_values(pts), title=alt.TitleParams(
+        "Steps, tokens and time per run",
+        subtitle=[_title("", pts.height, r.height).subtitle,
+                  "click a wall-time bin (right) or a verdict to pick its runs"],
+        anchor="start"))
                  .mark_circle(stroke="#333", strokeWidth=0.3)
                  .encode(x=alt.X("step:Q", title="model steps"),
                          y=alt.Y("total_tokens:Q", title="total tokens" + (
@@ -349,30 +361,28 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
                          size=alt.Size("wall_s:Q", legend=_legend("charged wall s",
                                                                   orient="bottom"),
                                        scale=alt.Scale(range=[15, 400])),
-                         color=vcolor, opacity=opacity,
+                         color=vcolor, opacity=linked,
                          tooltip=["run_id:N", "verdict:N", "kind:N", "terminal_reason:N",
                                   "step:Q", "total_tokens:Q",
                                   alt.Tooltip("wall_s:Q", title="charged wall s")])
                  .properties(width=360, height=260))
-    # Histogram of charged wall time, binned in polars over all runs.
-    w = r.filter(pl.col("wall_s").is_not_null())
     if w.height:
-        hi = max(float(w["wall_s"].max() or 0.0), 1e-9)
-        nb = 20
-        width = hi / nb
-        hist = (w.with_columns((pl.col("wall_s") / width).floor().clip(0, nb - 1)
-                               .cast(pl.Int64).alias("b"))
+        hist = (w.with_columns(wall_bin.alias("b"))
                 .group_by("b", "verdict").len("runs")
-                .with_columns((pl.col("b") * width).round(2).alias("from_s"),
-                              ((pl.col("b") + 1) * width).round(2).alias("to_s")))
-        c_hist = (alt.Chart(_values(hist), title="Charged wall time per run").mark_bar()
+                .with_columns((pl.col("b") * bin_w).round(2).alias("from_s"),
+                              ((pl.col("b") + 1) * bin_w).round(2).alias("to_s")))
+        c_hist = (alt.Chart(_values(hist), title=alt.TitleParams(
+            "Charged wall time per run", subtitle="all runs; click a bin, double-click to clear",
+            anchor="start")).mark_bar()
                   .encode(x=alt.X("from_s:Q", bin="binned", title="charged wall seconds"),
                           x2="to_s:Q", y=alt.Y("sum(runs):Q", title="runs"), color=vcolor,
-                          opacity=opacity,
+                          opacity=linked,
                           tooltip=["from_s:Q", "to_s:Q", "verdict:N", "runs:Q"])
+                  .add_params(bin_sel)
                   .properties(width=260, height=260))
     else:
         c_hist = _empty("Charged wall time per run", "no wall time recorded")
+        c_scatter = c_scatter.add_params(bin_sel)  # the linked condition needs it defined
     return alt.vconcat(alt.hconcat(c_verdict, c_kind, c_reason),
                        alt.hconcat(c_scatter, c_hist)).resolve_scale(color="shared")
 
