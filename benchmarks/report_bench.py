@@ -3,10 +3,16 @@
 Usage::
 
     python benchmarks/report_bench.py --runs 2000 [--runs 10000] [--corpus-dir DIR] [--repeat 2]
+    python benchmarks/report_bench.py --source /tmp/rivumi-bench/runs-10000 --phases
 
 Writes each corpus once with ``rivumi_analysis.synth.corpus`` (reused when DIR/<runs> exists),
 then times ``write_report`` ``--repeat`` times and prints size, time (min / max, so the spread
 on a shared machine is visible) and seconds per 1,000 runs, so sizes compare as ratios.
+
+``--phases`` separates the two halves: loading the tables (``load_tables``: reading the runs
+and building every table, owned by the loaders) once, then the report's own part (chart
+builders, run pages, HTML) ``--repeat`` times on those tables; the load average is printed
+beside each figure.
 """
 
 from __future__ import annotations
@@ -18,18 +24,49 @@ import tempfile
 import time
 
 
-def main(argv: list[str] | None = None) -> int:
-    from rivumi_analysis.synth.corpus import generate_corpus
-    from rivumi_analysis.viz.report import write_report
+def _phases(src: str, repeat: int) -> None:
+    from rivumi_analysis.viz import report as R
 
+    print(f"source {src}  load {os.getloadavg()[0]:.1f}", flush=True)
+    t0 = time.perf_counter()
+    tables = R.load_tables([src])
+    n = tables["runs"].height if tables["runs"] is not None else 0
+    print(f"load_tables: {time.perf_counter() - t0:.1f} s for {n} runs  "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"{'rep':>3} {'charts s':>8} {'pages s':>7} {'html s':>6} {'total s':>7} {'MB':>5}  load")
+    for i in range(repeat):
+        a = time.perf_counter()
+        charts = R.build_charts(tables)
+        b = time.perf_counter()
+        pages = R.run_pages(tables, sources=[src])
+        c = time.perf_counter()
+        html = R.render_html(tables, sources=[src], charts=charts, pages=pages)
+        d = time.perf_counter()
+        print(f"{i:>3} {b - a:>8.2f} {c - b:>7.2f} {d - c:>6.2f} {d - a:>7.2f} "
+              f"{len(html.encode()) / 1e6:>5.2f}  {os.getloadavg()[0]:.1f}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, action="append", default=None)
     ap.add_argument("--corpus-dir", default=os.path.join(tempfile.gettempdir(), "report-bench"))
+    ap.add_argument("--source", default=None, help="an existing corpus (read only)")
+    ap.add_argument("--phases", action="store_true",
+                    help="time table loading and the report's own part separately")
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args(argv)
+    if args.phases:
+        srcs = [args.source] if args.source else [
+            os.path.join(args.corpus_dir, str(n)) for n in args.runs or [2000]]
+        for src in srcs:
+            _phases(src, args.repeat)
+        return 0
+    from rivumi_analysis.synth.corpus import generate_corpus
+    from rivumi_analysis.viz.report import write_report
+
     print(f"{'runs':>7} {'MB':>6} {'min s':>7} {'max s':>7} {'s/1k runs':>9}  load")
     for n in args.runs or [2000]:
-        src = os.path.join(args.corpus_dir, str(n))
+        src = args.source or os.path.join(args.corpus_dir, str(n))
         if not os.path.isdir(src):
             generate_corpus(src, runs=n, target_mb=n / 10)
         times, size, found = [], 0, 0
