@@ -156,10 +156,13 @@ def test_token_budget_compaction_and_budget_rule():
     ev = st.select("run_dir", "sequence", "event_type")
     spec = C.token_budget(runs=runs, states=st, events=ev).to_dict()
     layers = spec["hconcat"][0]["layer"]
-    assert [ly["mark"]["type"] for ly in layers] == ["line", "rule", "point"]
+    # line, budget rule, ▲ final session.json total, ◆ compaction
+    assert [ly["mark"]["type"] for ly in layers] == ["line", "rule", "point", "point"]
     assert layers[1]["encoding"]["y"]["field"] == "budget"
+    assert [(r["sequence"], r["y"]) for r in _values(layers[2], spec.get("datasets", {}))
+            ] == [(3, 130.0)]
     assert any(r.get("sequence") == 2 and r.get("tokens") == 60
-               for r in _values(layers[2], spec.get("datasets", {})))
+               for r in _values(layers[3], spec.get("datasets", {})))
 
 
 def test_fork_points_links_and_safe_points(tables):

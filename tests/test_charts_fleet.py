@@ -135,7 +135,7 @@ def test_token_budget_uses_fractions_when_budgets_differ():
     spec = C.token_budget(runs=runs, model_calls=mc).to_dict()
     left = spec["hconcat"][0]
     assert left["layer"][0]["encoding"]["y"]["axis"]["format"] == "%"
-    ys = sorted(r["y"] for r in _values(left) if "sequence" in r and "y" in r)
+    ys = sorted(r["y"] for r in _values(left) if "event_type" in r and "y" in r)
     assert ys == [0.2, 0.5]  # 1M of 5M, 100k of 200k
     same = runs.with_columns(pl.lit(500_000).alias("max_total_tokens"))
     spec2 = C.token_budget(runs=same, model_calls=mc).to_dict()
@@ -193,3 +193,24 @@ def test_fleet_scatter_points_carry_their_wall_time_bin(tables):
         pl.col("active_wall_time_seconds").is_not_null()).height
     params = {p["name"] for p in spec.get("params", [])}
     assert {"wall_bin", "verdict_pick"} <= params or "wall_bin" in str(spec)
+
+
+def test_token_chart_marks_the_final_total_of_each_drawn_run(tables):
+    """The replayed line of a token_budget_exceeded run stops short of its budget (the
+    crossing call has no model.completed); the ▲ at its end is the session.json total."""
+    runs = tables["runs"]
+    spec = C.token_budget(runs=runs, states=tables["states"], events=tables["events"],
+                          max_runs=3).to_dict()
+    left = spec["hconcat"][0]
+    rows = _values(left)
+    ends = {r["run_id"]: r for r in rows if "total_tokens" in r and "y" in r}
+    over = runs.filter(pl.col("terminal_reason") == "token_budget_exceeded")
+    assert set(ends) == set(over["run_id"])
+    frac = left["layer"][0]["encoding"]["y"].get("axis", {}).get("format") == "%"
+    for row in over.iter_rows(named=True):
+        end = ends[row["run_id"]]
+        want = (round(row["total_tokens"] / row["max_total_tokens"], 5) if frac
+                else float(row["total_tokens"]))
+        assert end["y"] == want and row["total_tokens"] > row["max_total_tokens"]
+        line = [r["y"] for r in rows if r.get("run_id") == row["run_id"] and "event_type" in r]
+        assert line and max(line) < end["y"]

@@ -989,7 +989,7 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                     subtitle=f"all {total} runs with a budget, as an ECDF per outcome "
                     "(51 quantiles each)", anchor="start")))
         rule_e = alt.Chart(_values(pl.DataFrame({"x": [1.0]}))).mark_rule(
-            color="#d62728", strokeDash=[6, 3]).encode(x="x:Q")
+            color="#333", strokeDash=[2, 4], opacity=0.6).encode(x="x:Q")
         top = alt.vconcat(top, alt.layer(ecdf, rule_e)).resolve_scale(color="independent")
     if not _has(states, "run_dir", "charged_wall_seconds", "wall_elapsed_seconds", "sequence"):
         return top
@@ -1175,14 +1175,33 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
             y=alt.Y("budget:Q"), color=alt.Color("run:N", legend=None),
             opacity=alt.condition(sel, alt.value(0.9), alt.value(0.12)),
             tooltip=["run_id:N", alt.Tooltip("budget:Q", title="max_total_tokens")]))
+    # The final total from session.json at the end of each line: the model call that crossed
+    # the budget is charged there but has no model.completed event, so the replayed line
+    # alone stops short of the budget.
+    ends = (line_df.group_by("run", maintain_order=True).agg(pl.col("sequence").max())
+            .join(chosen.select("run", "run_id", "budget", "total_tokens"), on="run",
+                  how="inner")
+            .filter(pl.col("total_tokens").is_not_null()))
+    if use_frac:
+        ends = ends.filter(pl.col("budget") > 0).with_columns(
+            (pl.col("total_tokens") / pl.col("budget")).round(5).alias("y"))
+    else:
+        ends = ends.with_columns(pl.col("total_tokens").cast(pl.Float64).alias("y"))
+    if ends.height:
+        layers.append(alt.Chart(_values(ends)).mark_point(
+            shape="triangle-up", size=70, filled=True, color="#d62728").encode(
+            x="sequence:Q", y="y:Q",
+            opacity=alt.condition(sel, alt.value(0.9), alt.value(0.15)),
+            tooltip=["run_id:N", alt.Tooltip("total_tokens:Q", title="final (session.json)"),
+                     "budget:Q"]))
     if comp_pts.height:
         layers.append(alt.Chart(_values(comp_pts)).mark_point(
             shape="diamond", size=110, filled=True, color="#111").encode(
             x="sequence:Q", y="y:Q",
             tooltip=["run_id:N", "sequence:Q", "tokens:Q",
                      alt.Tooltip("run_id:N", title="compaction in")]))
-    ttl = _title(f"{title}: cumulative tokens (◆ = history compaction)", chosen.height,
-                 total_with_data)
+    ttl = _title(f"{title}: cumulative tokens (◆ compaction, ▲ final in session.json)",
+                 chosen.height, total_with_data)
     if chosen.height < total_with_data:
         ttl = alt.TitleParams(ttl.text, subtitle=f"{chosen.height} of {total_with_data} runs: "
                               "token_budget_exceeded first, then the highest share of their "
