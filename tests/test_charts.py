@@ -138,7 +138,18 @@ def test_wall_time_budget_exceeded_and_shading(tables):
     vals = _values(spec)
     assert {"from_frac", "to_frac", "part"} <= _fields(spec)
     assert any(r.get("exceeded") for r in vals)
-    assert "40 of 60 runs" in json.dumps(spec)
+    assert "of 60 exceeded" in json.dumps(spec)
+    # a third of the rows for runs over budget, the rest the closest runs within it
+    r = pl.DataFrame({"run_dir": [f"r{i:02d}" for i in range(30)],
+                      "run_id": [f"r{i:02d}" for i in range(30)],
+                      "wall_time_seconds": [100.0] * 30,
+                      "active_wall_time_seconds": [100.0 + i if i < 15 else float(i)
+                                                   for i in range(30)]})
+    d = C.wall_time_budget(runs=r, max_runs=12).to_dict()
+    drawn = {v["run_id"] for v in _values(d) if "part" in v}
+    # r00 is at exactly 100 %: not exceeded (charged > budget), the closest of the rest
+    assert drawn == {f"r{i:02d}" for i in (*range(11, 15), 0, *range(23, 30))}
+    assert "(14 of 30 exceeded)" in json.dumps(d)
     runs = tables["runs"].with_columns(pl.lit(900.0).alias("wall_time_seconds"))
     spec2 = C.wall_time_budget(runs=runs, states=tables["states"]).to_dict()
     assert "vconcat" in spec2  # burn-down panel when states_df is present

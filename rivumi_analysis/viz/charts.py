@@ -906,8 +906,15 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     if r.height == 0:
         return _empty(title, "no run has both charged time and a wall_time_seconds budget")
     total = r.height
-    chosen = pick_runs(r, max_runs, prefer=pl.col("exceeded") | (pl.col("used_frac") > 0.8),
-                       size="used_frac")
+    # At most a third of the rows for runs over budget (they all sit at ~100 %): the rest are
+    # the runs that came closest without exceeding it, which is what a budget owner asks.
+    n_over = r.filter(pl.col("exceeded")).height
+    over_rows = min(n_over, max(max_runs // 3, max_runs - (r.height - n_over)))
+    chosen = pl.concat([
+        r.filter(pl.col("exceeded")).sort(["used_frac", "run_dir"], descending=[True, False])
+        .head(over_rows),
+        r.filter(~pl.col("exceeded")).sort(["used_frac", "run_dir"], descending=[True, False])
+        .head(max_runs - over_rows)])
     chosen = chosen.join(run_labels(chosen), on="run_dir", how="left", suffix="_l")
     # Segments per run, as fractions of its budget.
     segs = []
@@ -962,8 +969,11 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                                        "charged_s:Q", "budget_s:Q"])
     top = alt.layer(bars, rule, marks).properties(
         width=500, height=alt.Step(16),
-        title=_title(f"{title}: charged time per run ({over.height} exceeded)",
-                     chosen.height, total))
+        title=alt.TitleParams(
+            f"{title}: charged time per run ({n_over} of {total} exceeded)",
+            subtitle=(f"{over.height} of the {n_over} over budget (cap), then the "
+                      f"{chosen.height - over.height} runs closest to it without exceeding"
+                      if chosen.height < total else f"all {total} runs"), anchor="start"))
     # How close do runs get? The used share for every run, as an ECDF per outcome group.
     grp = r.join(outcomes(runs), on="run_dir", how="left").with_columns(
         _wall_groups(r).alias("grp"))
