@@ -224,7 +224,8 @@ def test_vega_bundle_is_cached_and_checked(tmp_path, monkeypatch):
 
 
 def test_run_page_of_a_run_with_a_duplicate_sequence():
-    """An emit race (§2.4) leaves two events with one sequence: the page still draws."""
+    """An emit race leaves two events with one sequence (duplicate_sequence): the page still
+    draws."""
     dup = SAMPLE_RUNS / "bad_input"
     t = load_tables([str(dup)])
     runs = t["runs"].filter(pl.col("reasons").list.contains("duplicate_sequence"))
