@@ -2,7 +2,7 @@
 
 Seeded mutations of every sample run and of the shared example (``tests/differential/
 mutations.py``) are compared with ``tests/differential/runner_oracle.py``, a from-the-spec
-re-implementation of the runner's resume (§8.1, §8.2, §8.2-13.3), replay and fork seeds (§9,
+re-implementation of the runner's resume (§8.1, §8.2–§8.4), replay and fork seeds (§9,
 §9.8). Each case checks the audit verdict, ``readers_disagree``, ``replay --json``, the
 audit's ``replay_accepts``/``replay_error`` against the toolkit's own replay, and fork seeds.
 ``scripts/differential.py`` runs thousands of the same cases and prints agreement per family.

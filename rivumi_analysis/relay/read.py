@@ -611,7 +611,7 @@ class _Line:
 
 
 def read_json(abspath: str, path: str | None = None) -> Journal | Skipped:
-    """Read one JSON Lines journal of any of the three shapes (journal §3.1–3.2).
+    """Read one JSON Lines journal of any of the three shapes (journal §3.1–§3.2).
 
     Returns :class:`Skipped` (``not_a_journal``) when no line has a journal shape, and an
     unreadable :class:`Journal` when the file cannot be read.

@@ -40,7 +40,7 @@ def envelopes_ok(run: RunData) -> bool:
 
 
 def replay_accepts_fast(run: RunData, envelope_ok: bool) -> bool:
-    """True only when replay (§9.1-7.3) provably accepts ``run``'s log (else: undecided).
+    """True only when replay (§9.1–§9.3) provably accepts ``run``'s log (else: undecided).
 
     Holds for a clean native log: every physical line accepted by the loader with no warning
     at all. For a non-external run that means each line is a JSON object that ``json.loads``

@@ -71,7 +71,7 @@ ENDINGS: dict[str, float] = {
 }
 """How corpus runs end (weights). ``crash`` stops without a terminal event; ``resumed`` dies
 mid-run and resumes after a drawn downtime; ``torn`` dies between the two halves of a line
-(a quarantined torn tail); ``duplicate`` carries the §2.4 emit race (a duplicate sequence)."""
+(a quarantined torn tail); ``duplicate`` carries the §4.5 emit race (a duplicate sequence)."""
 
 WALL_BUDGETS = ((600.0, 15), (900.0, 35), (1800.0, 25), (3600.0, 15), (7200.0, 10))
 TOKEN_BUDGETS = (None, None, None, 200_000, 500_000, 1_000_000, 2_000_000, 5_000_000)

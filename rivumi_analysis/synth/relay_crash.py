@@ -1,4 +1,4 @@
-"""The channel crash test of spec §9, with a real SIGKILL.
+"""The channel crash test of journal §9 (docs/relayflowd-journal.md), with a real SIGKILL.
 
 A writer *child process* (its own process group) runs the alice/bob ping/pong exchange and,
 right after the commit of the cut point (``append``, ``delivery``, ``effect`` or ``ack``),
@@ -60,7 +60,7 @@ def child(path: str, cut: str, run_id: str, created_at_ms: int) -> None:
 
 
 def resume(path: str) -> None:
-    """What ``relayflowd resume`` and the re-dispatched workers journal (§9 "After resume")."""
+    """What ``relayflowd resume`` and the re-dispatched workers journal (journal §9, after the resume)."""
     w = JournalWriter.open(path)
     running = dict(w._fold().state.running)
     for step in ("alice", "bob"):

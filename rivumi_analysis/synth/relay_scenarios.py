@@ -6,7 +6,7 @@
   :mod:`.relay_crash`);
 * ``race``, ``segments``, ``consumers``: the 8-way receive race, an acknowledgement crossing a
   segment rollover, and one channel with several consumers;
-* ``dumps/``: JSONL dumps of some scenarios in the three shapes (§3.1).
+* ``dumps/``: JSONL dumps of some scenarios in the three shapes (journal §3.1).
 
 Everything is fixed by a seed (run ids, ``at_ms``, lease ids), so regeneration gives the same
 audit records (SQLite bytes may differ: WAL salts are random).
@@ -253,7 +253,7 @@ def write_violations(directory: str) -> dict[str, str]:
 
 
 def write_race(directory: str, *, racers: int = 8) -> str:
-    """The 8-way race (§10): ``racers`` threads on independent connections race the same send,
+    """The 8-way race (journal §10): ``racers`` threads on independent connections race the same send,
     the same receive and the same ack. One append, ``racers`` deliveries, one ack."""
     import threading
 
@@ -392,9 +392,9 @@ gives the same audit records). Audit: `rivumi-analysis relay audit sample_runs/r
 
 | folder | what it shows |
 |---|---|
-| `crash/<cut>/kill/` | spec §9: the alice/bob ping/pong exchange as a real SIGKILL of the writer process left it at cut `append`, `delivery`, `effect` or `ack` (`.sqlite3` + `-wal`: the last committed entries are only in the `-wal`); both attempt-1 starts live at the tail, no violation |
+| `crash/<cut>/kill/` | journal §9: the alice/bob ping/pong exchange as a real SIGKILL of the writer process left it at cut `append`, `delivery`, `effect` or `ack` (`.sqlite3` + `-wal`: the last committed entries are only in the `-wal`); both attempt-1 starts live at the tail, no violation |
 | `crash/<cut>/resumed/` | the same journal after a second process resumed it: attempt 1 completed `crashed`, attempt 2 re-dispatched, idempotent re-send and re-ack (nothing journaled), redelivery under `delivery`/`effect`, deduplicated effect under `effect`/`ack`; the §9 table's counts, no violation |
-| `race/` | spec §10: 8 threads on independent connections race one send, one receive and one ack: 1 append, 8 deliveries of offset 1 (7 redeliveries), 1 acknowledgement |
+| `race/` | journal §10: 8 threads on independent connections race one send, one receive and one ack: 1 append, 8 deliveries of offset 1 (7 redeliveries), 1 acknowledgement |
 | `segments/` | a rollover between a delivery and its acknowledgement: the ack in segment 2 names the segment-1 delivery; a redelivery lands in segment 2 |
 | `consumers/` | one producer and three consumers on one channel at different paces (`fast` acks all, `slow` redelivered and behind, `stuck` never acks); run left open |
 | `violations/<RULE>/` | one journal per rule id (C1–C13, D1–D4, J1–J6, F, DEAD) showing exactly that rule; `C9` is a JSONL dump (a repeated delivery line: SQLite cannot repeat a seq) |

@@ -1,4 +1,4 @@
-"""A relayflowd journal writer that follows the spec (``relayflowd-journal.md`` §2, §5, §6).
+"""A relayflowd journal writer that follows the journal format (docs/relayflowd-journal.md: journal §2, §5, §6).
 
 The run file has the kernel's schema, is opened with ``journal_mode=WAL``, ``synchronous=FULL``
 and ``foreign_keys=ON``, and every append is one ``BEGIN IMMEDIATE`` transaction that refuses
@@ -6,7 +6,7 @@ after ``run.completed``, stores canonical JSON, and re-runs the audit's reducer 
 inside the transaction: an entry the rules refuse is rolled back (the writer refuses what the
 kernel refuses). ``raw=True`` skips those checks, to write violation journals on purpose.
 
-The channel verbs decide like the kernel (§6, D5–D7): an identical re-send returns the original
+The channel verbs decide like the kernel (journal §6, D5–D7): an identical re-send returns the original
 append (nothing journaled), a receive journals a delivery of ``acked + 1`` when it exists, an
 ack at or below the acknowledged offset returns the current acknowledgement (nothing journaled).
 
@@ -229,7 +229,7 @@ class JournalWriter:
                                 raw=raw)
 
     def rollover(self) -> int:
-        """Close the segment and open the next one in one transaction (§5); returns its id."""
+        """Close the segment and open the next one in one transaction (journal §5); returns its id."""
         with self._txn():
             fold = self._fold()
             cur = self.con.execute("SELECT MAX(segment_id) FROM segments").fetchone()[0]
@@ -383,7 +383,7 @@ def spec_of(name: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
     return {"name": name, "steps": steps, "version": "0.1.0"}
 
 
-# --- JSON dumps in the three shapes (§3.1) ---------------------------------------------------
+# --- JSON dumps in the three shapes (journal §3.1) ---------------------------------------------------
 
 
 def envelopes(path: str) -> list[dict[str, Any]]:

@@ -164,7 +164,7 @@ class Driver:
             w.emit("model.fallback", dict(fallback))
         self.clock.advance(latency)
         if budget_exceeded:
-            # The crossing call is recorded in usage but has no model.completed (§9.1).
+            # The crossing call is recorded in usage but has no model.completed (§11.1).
             w.record_usage(usage, cost=cost, provider=provider, model=model)
             return
         w.model_completed(usage=usage, content=content, tool_calls=tool_calls,
@@ -193,7 +193,7 @@ class Driver:
         call = self._call(tool_call_id)
         effect = TOOL_EFFECTS.get(call["name"])
         if w.repeat_guard(call):
-            return  # repeated_action: nothing is emitted for this call (§8.1)
+            return  # repeated_action: nothing is emitted for this call (§10.1)
         if effect is None:
             avail = ", ".join(sorted(TOOL_EFFECTS)[:8])
             w.tool_completed(call, ok=False, content="",
@@ -319,7 +319,7 @@ class Driver:
 
     def op_compaction(self, *, pins: Any, max_total_tokens: int, start: int = 2,
                       keep_tail: int = 2) -> None:
-        """Context pressure: reminder, then the history summary fallback (§9.2)."""
+        """Context pressure: reminder, then the history summary fallback (§11.2)."""
         w = self.w
         assert w is not None
         total = w.m["usage"]["provider_total_tokens"] or 0
@@ -391,7 +391,7 @@ class Driver:
                       patch=patch, error=error, cost=cost, summary=summary)
 
     def op_model_timeout(self, *, pins: Any) -> None:
-        """A model request waits out the rest of the wall-time budget (§8.3: the model wait is
+        """A model request waits out the rest of the wall-time budget (§10.3: the model wait is
         bounded by the remaining time, so the run fails right at its budget)."""
         w = self.w
         assert w is not None
@@ -432,7 +432,7 @@ class Driver:
 
     def op_subagents(self, *, pins: Any, tool_call_id: str, children: list[dict[str, Any]],
                      content: str = "") -> None:
-        """A ``dispatch_subagents`` call: parent events around nested child runs (§9.4)."""
+        """A ``dispatch_subagents`` call: parent events around nested child runs (§11.4)."""
         w = self.w
         assert w is not None
         call = self._call(tool_call_id)
@@ -891,7 +891,7 @@ def sc_wall_time(seed: int) -> dict[str, Any]:
     """Slow model calls use up ``limits.wall_time_seconds``; the last request times out at it."""
     b = Build("wall_time", seed, wall=float(120 + 30 * (seed % 3)))
     b.explore()
-    # Different queries: three identical calls in a row would trip the repeat guard (§8.1).
+    # Different queries: three identical calls in a row would trip the repeat guard (§10.1).
     for query in ("def ", "class ", "return "):
         [c] = b.model([("search_text", {"query": query})], latency=round(b.rng.uniform(22, 30), 6))
         b.tool(c, content=f"{b.task.path}:1:{query.strip()}")
@@ -1257,7 +1257,7 @@ def sc_no_final_newline(seed: int) -> dict[str, Any]:
 
 
 def sc_duplicate_sequence(seed: int) -> dict[str, Any]:
-    """Fault injection: the §2.4 emit race inside a parallel batch duplicates a sequence."""
+    """Fault injection: the §4.5 emit race inside a parallel batch duplicates a sequence."""
     s = sc_read_batch(seed, "duplicate_sequence")
     n = next(i for i, _ in enumerate(_event_types(s)) if _ == "tool.started")
     s["faults"] = {"duplicate_at": n}
@@ -1322,7 +1322,7 @@ GROUPS: Mapping[str, str] = {
                "atomic-write leftovers.",
     "bad_input": "Fault injection in the writer: CRLF line ends, no final newline, UTF-8 BOM, "
                  "U+2028 inside a string, a torn tail from a kill between two half-line "
-                 "writes, a duplicate sequence from the §2.4 emit race.",
+                 "writes, a duplicate sequence from the §4.5 emit race.",
 }
 
 # (group, scenario, seeds)

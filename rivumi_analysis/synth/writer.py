@@ -1,4 +1,4 @@
-"""A run writer that follows the Rivumi/Looplane runner's write protocol (spec §1–§5, §7.5, §9.8).
+"""A run writer that follows the Rivumi/Looplane runner's write protocol (docs/run-format.md §3–§7, §9.5, §11.8).
 
 The writer produces run directories byte-compatible with what the runner writes, including the
 states a killed runner leaves behind. It mirrors the runner's persistence code, not its agent
@@ -56,7 +56,7 @@ STATUS_TO_PHASE = {
     "failed": "failed",
     "cancelled": "cancelled",
 }
-# approvals.TOOL_EFFECTS (2b8ba482) plus the older run_check entry (§3).
+# approvals.TOOL_EFFECTS (2b8ba482) plus the older run_check entry (§5.3).
 TOOL_EFFECTS: Mapping[str, str] = {
     **dict.fromkeys(
         ["list_files", "read_file", "search_text", "git_diff", "dispatch_subagents", "agent",
@@ -101,13 +101,13 @@ def dumps_declared(obj: Any) -> str:
 
 
 def action_fingerprint(name: str, arguments: Mapping[str, Any]) -> str:
-    """SHA-256 hex of the canonical ``{"name","arguments"}`` JSON (repeat guard, §8.1)."""
+    """SHA-256 hex of the canonical ``{"name","arguments"}`` JSON (repeat guard, §10.1)."""
     payload = dumps_compact({"name": name, "arguments": arguments})
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def bounded_text(value: str, limit: int) -> str:
-    """Clip text to ``limit`` UTF-8 bytes keeping head and tail, like the runner (§2.3).
+    """Clip text to ``limit`` UTF-8 bytes keeping head and tail, like the runner (§4.4).
 
     >>> bounded_text("abc", 10)
     'abc'
@@ -131,7 +131,7 @@ def zero_usage() -> dict[str, Any]:
 
 
 def usage_total(usage: Mapping[str, Any]) -> int:
-    """Computed ``Usage.total_tokens`` (§4.3)."""
+    """Computed ``Usage.total_tokens`` (§6.3)."""
     if usage.get("provider_total_tokens") is not None:
         return int(usage["provider_total_tokens"])
     return int(usage["input_tokens"]) + int(usage["output_tokens"])
@@ -279,7 +279,7 @@ class Faults:
         no_final_newline: newlines are written *before* each line after the first, so the
             file lacks its final newline.
         torn_at: sequence whose line is written in two ``write`` calls (hook ``torn`` between).
-        duplicate_at: sequence at which the counter is not advanced (the §2.4 race): the next
+        duplicate_at: sequence at which the counter is not advanced (the §4.5 race): the next
             event reuses it.
     """
 
@@ -465,7 +465,7 @@ class RunWriter:
         if self._fast_buf and seq is None:
             self.flush_events()
 
-    # ----------------------------------------------------------------- emit protocol (§1.4)
+    # ----------------------------------------------------------------- emit protocol (§3.4)
     def emit(self, event_type: str, data: Mapping[str, Any], *, event_id: str | None = None,
              at: str | None = None) -> int:
         """``RunPersistence.emit``: build the event, save the manifest, append, count."""
@@ -501,7 +501,7 @@ class RunWriter:
     def create(self, *, run_id: str, request: Mapping[str, Any], provider: str, model: str,
                protocol: str, prompt_version: str, base_sha: str, writer_token: str | None = None,
                process_token: str | None = None, workspace: bool = True) -> None:
-        """Fresh native run (§1.3 steps 1–5): dir, lock, request.json, session.json, run.created."""
+        """Fresh native run (§3.3 steps 1–3): dir, lock, request.json, session.json, run.created."""
         os.makedirs(self.run_dir, exist_ok=False)
         token = writer_token or self.ids.hex32()
         self.process_token = process_token or self.ids.hex32()
@@ -518,7 +518,7 @@ class RunWriter:
             "last_action_fingerprint": None, "repeat_count": 0, "last_event_sequence": -1,
             "verification": [], "pending_action": None, "approval_history": [],
             "granted_effects": [], "active_wall_time_seconds": 0.0,
-            # The clock starts with run(): a fresh run has no manifest base yet (§8.3).
+            # The clock starts with run(): a fresh run has no manifest base yet (§10.3).
             "active_started_at": now, "terminal": False, "active_writer_token": token,
             "writer_claimed_at": now, "writer_heartbeat_at": now, "updated_at": now,
         }
@@ -543,7 +543,7 @@ class RunWriter:
         return msg
 
     def start_conversation(self, system: str, user: str) -> None:
-        """§1.3 step 6: initial messages and checkpoint ``inspecting``."""
+        """§3.3, before step 4: initial messages and checkpoint ``inspecting``."""
         self.m["messages"].extend([self.message("system", system), self.message("user", user)])
         self.checkpoint("inspecting", {})
 
@@ -570,7 +570,7 @@ class RunWriter:
         self.m["terminal"] = phase in TERMINAL_PHASES
         self.save_manifest()
 
-    # ----------------------------------------------------------------- wall clock (§8.3)
+    # ----------------------------------------------------------------- wall clock (§10.3)
     def charged_seconds(self) -> float:
         """Charged active time right now."""
         if self.m.get("active_started_at") is None:
@@ -658,7 +658,7 @@ class RunWriter:
                 "provider_metadata": dict(call.get("provider_metadata") or {}),
                 "tool_call_id": call["tool_call_id"]}
 
-    # ----------------------------------------------------------------- repeat guard (§8.1)
+    # ----------------------------------------------------------------- repeat guard (§10.1)
     def repeat_guard(self, call: Mapping[str, Any]) -> bool:
         """Update fingerprint/count; return True when the call trips the guard (count ≥ 3)."""
         fp = action_fingerprint(call["name"], call["arguments"])
@@ -669,7 +669,7 @@ class RunWriter:
             self.m["repeat_count"] = 1
         return self.m["repeat_count"] >= 3
 
-    # ----------------------------------------------------------------- approvals (§4.6, §4.7)
+    # ----------------------------------------------------------------- approvals (§6.6)
     def approval_request(self, *, action_id: str, effect: str, reason: str, preview: str,
                          tool_call: Mapping | None, command: Mapping | None,
                          request_id: str | None, policy_reason: str) -> dict[str, Any]:
@@ -730,7 +730,7 @@ class RunWriter:
         self._open_approval(req)
 
     def _open_approval(self, req: dict[str, Any]) -> None:
-        """§4.7: set pending_action and waiting_approval, pause the clock (current profile),
+        """§6.6: set pending_action and waiting_approval, pause the clock (current profile),
         save, then emit ``approval.requested`` (a cut point while waiting)."""
         self.m["pending_action"] = req
         self.m["phase"] = "waiting_approval"
@@ -751,7 +751,7 @@ class RunWriter:
         return obs
 
     def tool_requested(self, call: Mapping[str, Any], effect: str) -> None:
-        """Emit ``tool.requested`` (arguments replaced by a stub when too large, §2.3)."""
+        """Emit ``tool.requested`` (arguments replaced by a stub when too large, §4.4)."""
         args = call["arguments"]
         enc = json.dumps(args, sort_keys=True, ensure_ascii=False)
         limit = min(int(self.request.get("limits", {}).get("max_tool_output_bytes", 200000)),
@@ -809,7 +809,7 @@ class RunWriter:
             fh.write("\n".join(blocks))
         self._test_log_written = True
 
-    # ----------------------------------------------------------------- finish (§1.3 step 8)
+    # ----------------------------------------------------------------- finish (§3.3 step 5)
     def finish(self, *, status: str, terminal_reason: str, changed_files: Sequence[str],
                patch: str = "", error: str | None = None, cost: Mapping | None = None,
                summary: str | None = None) -> None:
@@ -853,7 +853,7 @@ class RunWriter:
         # Relative to the (fake) run root: "<id>" or "<parent>/subagents/<id>".
         return self.artifact_rel or os.path.basename(os.path.normpath(self.run_dir))
 
-    # ----------------------------------------------------------------- resume / continue (§6, §9.6)
+    # ----------------------------------------------------------------- resume / continue (§8.1, §11.6)
     @classmethod
     def reopen(cls, run_dir: str | os.PathLike[str], **kwargs: Any) -> RunWriter:
         """Open an existing run directory for resume or continuation (reads its files)."""
@@ -939,7 +939,7 @@ class RunWriter:
                                         "resumed_step": self.m["step"]})
 
 
-# --------------------------------------------------------------------------- fork runs (§7.5)
+# --------------------------------------------------------------------------- fork runs (§9.5)
 
 _MANIFEST_ORDER = (
     "schema_version", "run_id", "task_id", "provider_name", "model_id", "protocol",
@@ -1028,7 +1028,7 @@ def _plain_write(path: str, text: str) -> None:
         fh.write(text)
 
 
-# --------------------------------------------------------------------------- external runs (§9.8)
+# --------------------------------------------------------------------------- external runs (§11.8)
 
 def write_external_run(run_dir: str | os.PathLike[str], *, request: Mapping[str, Any],
                        backend: str, events: Sequence[Mapping[str, Any]], status: str,
@@ -1064,7 +1064,7 @@ def write_external_run(run_dir: str | os.PathLike[str], *, request: Mapping[str,
         rec = {"data": {**ev.get("data", {}), "source": backend}, "event_type": ev["event_type"],
                "sequence": i, "text": ev.get("text")}
         lines.append(json.dumps(rec, sort_keys=True, ensure_ascii=False) + "\n")
-    # Written in one go after the backend finishes (§9.8).
+    # Written in one go after the backend finishes (§11.8).
     _plain_write(os.path.join(rd, "events.jsonl"), "".join(lines))
     aw("backend-result.json", {"backend_name": backend, "events": len(lines),
                                "exit_code": exit_code, "status": backend_status,

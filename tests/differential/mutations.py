@@ -20,7 +20,7 @@ from typing import Any
 FAMILIES = ("byte_flip", "truncation", "line_edit", "envelope", "json_odd", "manifest",
             "request", "combo")
 
-# every str.splitlines() separator other than "\n" (§8.2, §8.2)
+# every str.splitlines() separator other than "\n" (§8.2)
 SEPARATORS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029",
               "\r\n")
 # Unicode whitespace that str.strip() strips (none of it is ASCII whitespace for bytes.strip)

@@ -1,4 +1,4 @@
-"""An independent oracle of the runner's resume, replay and fork-seed code (§8.1, §9, §8.2, §8.2).
+"""An independent oracle of the runner's resume, replay and fork-seed code (§8.1, §9, §8.2).
 
 Written for the differential tests from the spec alone: it imports nothing from
 ``rivumi_analysis``. The models are pydantic models kept as close to the runner's as the spec
@@ -426,7 +426,7 @@ def runner_json_loads(doc: str | bytes) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
-# Resume (§8.1 steps 3-7 and 9; §8.2; §8.2-13.3)
+# Resume (§8.1 steps 3-7 and 9; §8.2–§8.4)
 # --------------------------------------------------------------------------------------------
 @dataclass
 class ResumeOutcome:
@@ -585,7 +585,7 @@ def resume_verdict(run_dir: str | os.PathLike[str]) -> ResumeOutcome:
 
 
 # --------------------------------------------------------------------------------------------
-# Replay (§9.1-7.4, §9.6) and fork seeds (§9.5, §9.8)
+# Replay (§9.1–§9.4, §9.6) and fork seeds (§9.5, §9.8)
 # --------------------------------------------------------------------------------------------
 class ReplayError(Exception):
     """A refusal: ``error: <message>`` on stderr, exit 2 (runner message or documented)."""
