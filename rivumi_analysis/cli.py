@@ -75,7 +75,9 @@ def _build_parser() -> argparse.ArgumentParser:
     s.set_defaults(handler=cmd_schema)
 
     q = sub.add_parser("search", help="regex over event text, tool arguments and messages")
-    q.add_argument("pattern", metavar="PATTERN", help="a regular expression")
+    q.add_argument("pattern", metavar="PATTERN",
+                   help="a regular expression (Python re syntax; look-around and "
+                        "backreferences work, row by row)")
     q.add_argument("paths", nargs="*", metavar="PATH",
                    help="run directories or folders of runs (default: the run root)")
     q.add_argument("--tables", default="events,tool_calls,messages", metavar="T,...",

@@ -37,6 +37,22 @@ def _snippet(text: str, rx: re.Pattern[str]) -> str:
     return ("…" if a else "") + out + ("…" if b < len(text) else "")
 
 
+def _rust_accepts(pattern: str) -> bool:
+    """Whether polars' Rust ``regex`` engine compiles ``pattern`` (no look-around etc.)."""
+    try:
+        pl.Series([""], dtype=pl.Utf8).str.contains(pattern)
+    except pl.exceptions.ComputeError:
+        return False
+    return True
+
+
+def _matcher(col: str, pattern: str, rx: re.Pattern[str], rust: bool) -> pl.Expr:
+    if rust:
+        return pl.col(col).str.contains(pattern)
+    # Python ``re`` row by row: slower, but look-around and backreferences work
+    return pl.col(col).map_elements(lambda t: rx.search(t) is not None, return_dtype=pl.Boolean)
+
+
 def search(source: Any, pattern: str, *, tables: tuple[str, ...] | list[str] | None = None,
            ignore_case: bool = False, max_depth: int = DEFAULT_MAX_DEPTH,
            cache: bool | None = None, store_dir: Any = None) -> pl.DataFrame:
@@ -44,8 +60,11 @@ def search(source: Any, pattern: str, *, tables: tuple[str, ...] | list[str] | N
 
     Args:
         source: run directories, folders of runs, or a fleet from ``load_fleet``.
-        pattern: a regular expression (Rust ``regex`` syntax as polars uses; Python-style
-            patterns without look-around work the same).
+        pattern: a regular expression in Python ``re`` syntax. Patterns polars' Rust
+            engine accepts run there (fast, vectorised; for these both dialects agree on
+            ordinary patterns); the others, such as look-ahead/look-behind (``(?=…)``,
+            ``(?<!…)``) and backreferences (``(a)\\1``, ``(?P=name)``), fall back to Python
+            ``re`` row by row, which is slower on a large fleet.
         tables: which of ``events`` (text and exact data JSON, which includes tool
             arguments and previews), ``tool_calls`` (exact argument JSON) and ``messages``
             (transcript content and tool calls) to search; default all three.
@@ -61,7 +80,12 @@ def search(source: Any, pattern: str, *, tables: tuple[str, ...] | list[str] | N
         ``snippet`` (the match with up to 60 characters around it).
 
     Raises:
-        ValueError: an unknown table name or an invalid pattern.
+        ValueError: an unknown table name or an invalid pattern (neither engine compiles
+            it).
+
+    >>> hits = search("tests/fixtures/example", r"(?<=def )add\\b", tables=["messages"])
+    >>> hits.height, "def add(" in hits["snippet"][0]
+    (2, True)
     """
     names = tuple(tables) if tables else tuple(SEARCH_TABLES)
     unknown = sorted(set(names) - set(SEARCH_TABLES))
@@ -73,6 +97,7 @@ def search(source: Any, pattern: str, *, tables: tuple[str, ...] | list[str] | N
         rx = re.compile(pattern, re.I if ignore_case else 0)
     except re.error as exc:
         raise ValueError(f"invalid pattern {pattern!r}: {exc}") from None
+    rust = _rust_accepts(flags + pattern)
     from .read.snapshot import Fleet, load_fleet
 
     frames = None
@@ -90,10 +115,7 @@ def search(source: Any, pattern: str, *, tables: tuple[str, ...] | list[str] | N
         for col in SEARCH_TABLES[name]:
             if col not in df.columns:
                 continue
-            try:
-                hit = df.filter(pl.col(col).str.contains(flags + pattern))
-            except pl.exceptions.ComputeError as exc:
-                raise ValueError(f"invalid pattern {pattern!r}: {exc}") from None
+            hit = df.filter(_matcher(col, flags + pattern, rx, rust))
             if hit.is_empty():
                 continue
             parts.append(hit.select(

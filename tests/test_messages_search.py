@@ -49,6 +49,24 @@ def test_event_messages_carry_usage_and_match_model_calls(fleet: Any) -> None:
     assert per[0].equals(per[1])
 
 
+def test_tokens_only_where_the_log_carries_them(fleet: Any) -> None:
+    df = messages_df(fleet)
+    has = df.filter(pl.col("total_tokens").is_not_null())
+    assert set(has["item"]) == {"model.completed", "role_lane.completed"}
+    # every other row is null, not 0 or an estimate
+    rest = df.filter(~pl.col("item").is_in(["model.completed", "role_lane.completed"]))
+    assert rest.height > 0 and rest.select(
+        pl.col("input_tokens", "output_tokens", "total_tokens").is_null().all()).row(0) == (
+        True, True, True)
+    # the reviewer's replies carry exactly the reviewer lane's usage
+    review = df.filter(pl.col("item") == "role_lane.completed")
+    lane = ra.usage_df(fleet).filter(pl.col("lane") == "reviewer")
+    assert review.height == lane.height > 0 and (review["role"] == "reviewer").all()
+    key = ["run_dir", "input_tokens", "output_tokens", "total_tokens"]
+    assert review.select(key).sort(key).equals(lane.select(key).sort(key))
+    assert review["content"].drop_nulls().len() == review.height
+
+
 def test_compacted_runs_keep_the_dropped_exchanges_in_events(fleet: Any) -> None:
     df = messages_df(fleet)
     compacted = df.filter(pl.col("context_source") == "history_summary_fallback")["run_dir"]
@@ -96,3 +114,57 @@ def test_search_cli(capsys) -> None:
     assert {"run_dir", "sequence", "snippet", "table", "column"} <= set(rows[0])
     assert cli.main(["search", "(", str(EXAMPLE_DIR)]) == 2
     assert "invalid pattern" in capsys.readouterr().err
+
+
+def _oracle(fleet: Any, pattern: str, flags: int = 0) -> list[tuple[Any, ...]]:
+    """The hits Python ``re`` finds, keyed like ``search`` rows (run, table, column, place)."""
+    import re
+
+    from rivumi_analysis.text_search import SEARCH_TABLES, _table
+
+    rx = re.compile(pattern, flags)
+    out = []
+    for name, cols in SEARCH_TABLES.items():
+        df = _table(name, fleet)
+        seq = df["requested_sequence" if name == "tool_calls" else "sequence"].to_list()
+        line = [None] * df.height if name == "tool_calls" else df["line_no"].to_list()
+        for col in cols:
+            for k, text in enumerate(df[col].to_list()):
+                if text is not None and rx.search(text):
+                    out.append((df["run_dir"][k], name, col, seq[k], line[k]))
+    return sorted(out, key=repr)
+
+
+def _keys(hits: pl.DataFrame) -> list[tuple[Any, ...]]:
+    return sorted(hits.select("run_dir", "table", "column", "sequence", "line_no").rows(),
+                  key=repr)
+
+
+@pytest.mark.parametrize("pattern", [
+    r"Unknown tool (?='save_memory')",          # look-ahead
+    r"(?<!\w)save_memory(?!\w)",                # negative look-behind and look-ahead
+    r"(?<=def )add\(",                          # look-behind
+    r"(\w)\1\1",                                # backreference
+    r"(?P<q>['\"])save_memory(?P=q)",           # named backreference
+    r"Unknown tool",                            # ordinary: the vectorised engine
+])
+def test_search_look_around_and_backreferences_match_python_re(fleet: Any, pattern: str) -> None:
+    from rivumi_analysis.text_search import _rust_accepts
+
+    hits = search(fleet, pattern)
+    want = _oracle(fleet, pattern)
+    assert want, pattern  # each pattern finds something, so equality is not vacuous
+    assert _keys(hits) == want
+    assert hits.height == len(want)
+    assert _rust_accepts(pattern) == (pattern == "Unknown tool")
+
+
+def test_search_fallback_snippet_ignore_case_and_cli(capsys) -> None:
+    hits = search(str(EXAMPLE_DIR), r"(?<=DEF )ADD\(", ignore_case=True, tables=["messages"])
+    assert hits.height == 2 and all("def add(" in s for s in hits["snippet"])
+    assert search(str(EXAMPLE_DIR), r"(?<=DEF )ADD\(", tables=["messages"]).height == 0
+    with pytest.raises(ValueError, match="invalid pattern"):
+        search(str(EXAMPLE_DIR), r"(?<=a+)b")  # Python re rejects variable-width look-behind
+    assert cli.main(["search", r"(?<=def )add\(", str(EXAMPLE_DIR), "--format", "jsonl"]) == 0
+    rows = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
+    assert rows and all("def add(" in r["snippet"] for r in rows)
