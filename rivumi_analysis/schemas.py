@@ -1091,7 +1091,8 @@ class MessagesSchema(_Base):
     run_id: pl.Utf8 = _col(_RUN_ID, _RUN_ID_SRC, nullable=True)
     source: pl.Utf8 = _col(
         "session.json (the conversation the runner would resend, after compaction, full "
-        "text) or events (what the log keeps of each exchange: clipped texts, with usage).",
+        "text, no usage) or events (what the log keeps of each exchange: clipped texts, with "
+        "usage on model replies).",
         "derived", isin=["session.json", "events"])
     position: pl.Int64 = _col("Index in session.json messages (source session.json).",
                               "session.json messages[i]", COUNT, nullable=True, ge=0)
@@ -1107,12 +1108,15 @@ class MessagesSchema(_Base):
                           nullable=True)
     item: pl.Utf8 = _col(
         "What the row is: message, tool_observation, injected_context (session.json); "
-        "model.completed, tool.completed, loop.wind_down_completed, thinking.healed, or an "
-        "external run's message (events).", "derived",
+        "model.completed, tool.completed, loop.wind_down_completed, thinking.healed, "
+        "role_lane.completed (the reviewer's reply), or an external run's message (events).",
+        "derived",
         isin=["message", "tool_observation", "injected_context", "model.completed",
-              "tool.completed", "loop.wind_down_completed", "thinking.healed"])
-    role: pl.Utf8 = _col("system, user, assistant, tool (an observation) or context "
-                         "(injected context).", "session.json messages[].role / derived",
+              "tool.completed", "loop.wind_down_completed", "thinking.healed",
+              "role_lane.completed"])
+    role: pl.Utf8 = _col("system, user, assistant, tool (an observation), context "
+                         "(injected context) or the review lane's role (reviewer).",
+                         "session.json messages[].role / role_lane.completed role / derived",
                          nullable=True)
     content: pl.Utf8 = _col(
         "The text: message content, observation content, model reply, tool preview.",
@@ -1143,10 +1147,17 @@ class MessagesSchema(_Base):
     context_source: pl.Utf8 = _col("Where injected context came from (history_summary_"
                                    "fallback, context_provider:<name>, ...).",
                                    "session.json messages[].source", nullable=True)
-    input_tokens: pl.Int64 = _tok("Input tokens of the model call that produced the reply "
-                                  "(model.completed rows).", "model.completed usage",
-                                  nullable=True)
-    output_tokens: pl.Int64 = _tok("Output tokens of that call.", "model.completed usage",
+    input_tokens: pl.Int64 = _tok(
+        "Input tokens of the model call that produced this reply. Only model.completed and "
+        "role_lane.completed rows have tokens: those events carry the call's usage. Null on "
+        "every other row, never estimated: session.json messages carry no usage, tool "
+        "observations are not model output, the wind-down reply's usage is only in "
+        "usage_df (lane wind_down), external runs log none.",
+        "model.completed / role_lane.completed usage", nullable=True)
+    output_tokens: pl.Int64 = _tok("Output tokens of that call (same rows as input_tokens).",
+                                   "model.completed / role_lane.completed usage",
                                    nullable=True)
-    total_tokens: pl.Int64 = _tok("Total tokens of that call (= model_calls_df.total_tokens).",
-                                  "model.completed usage", nullable=True)
+    total_tokens: pl.Int64 = _tok(
+        "Total tokens of that call: on model.completed rows = model_calls_df.total_tokens, on "
+        "role_lane.completed rows = usage_df lane reviewer.",
+        "model.completed / role_lane.completed usage", nullable=True)

@@ -8,8 +8,15 @@ Two sources, told apart by ``source``:
 * ``events``: what the log keeps of each exchange, also for runs without a manifest and for
   items compaction dropped: ``model.completed`` (assistant content, tool call names, usage),
   ``tool.completed`` (the observation preview), ``loop.wind_down_completed``,
-  ``thinking.healed``, and the ``message`` events of external runs. Event texts are clipped by
-  the runner (2,000 bytes for content and previews, §4.4): ``content_clipped`` says so.
+  ``thinking.healed``, ``role_lane.completed`` (the reviewer's reply preview, usage), and the
+  ``message`` events of external runs. Event texts are clipped by the runner (2,000 bytes for
+  content and previews, §4.4): ``content_clipped`` says so.
+
+Token columns are filled only where the log carries a figure for that very message: the
+``model.completed`` and ``role_lane.completed`` rows. session.json messages carry no usage,
+tool observations are not model output, the wind-down reply's usage is only in session.json
+``model_usage`` (``usage_df`` lane ``wind_down``, not tied to the event), and external runs log
+none; those rows stay null rather than estimated.
 """
 
 from __future__ import annotations
@@ -32,7 +39,9 @@ _EVENT_TEXT = {  # event type -> (item, role, data key holding the text)
     "tool.completed": ("tool.completed", "tool", "preview"),
     "loop.wind_down_completed": ("loop.wind_down_completed", "assistant", "content"),
     "thinking.healed": ("thinking.healed", "assistant", "text"),
+    "role_lane.completed": ("role_lane.completed", "reviewer", "preview"),
 }
+_WITH_USAGE = ("model.completed", "role_lane.completed")  # the only ones whose event has usage
 
 
 def _row(run: RunData, source: str, item: str, role: str | None, **cols: Any) -> dict[str, Any]:
@@ -95,12 +104,15 @@ def _event_rows(run: RunData) -> list[dict[str, Any]]:
         if spec is None:
             continue
         item, role, key = spec
+        if et == "role_lane.completed":
+            role = _str(d.get("role")) or role
         cols: dict[str, Any] = {"sequence": e.sequence, "line_no": e.line_no,
                                 "created_at": e.created_at, "content": _str(d.get(key)),
                                 "step": _int(d.get("step")) if et == "model.completed" else step}
         if et == "model.completed":
             names = d.get("tool_calls") if isinstance(d.get("tool_calls"), list) else []
             cols["tool_calls"] = [n for n in names if isinstance(n, str)]
+        if et in _WITH_USAGE:
             u = usage_columns(d.get("usage"))
             cols.update(input_tokens=u["input_tokens"], output_tokens=u["output_tokens"],
                         total_tokens=u["total_tokens"])
