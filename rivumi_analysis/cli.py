@@ -129,7 +129,10 @@ def _build_parser() -> argparse.ArgumentParser:
     ra = rl_sub.add_parser("audit", help="audit relayflowd journals (.sqlite3 with -wal, JSONL)")
     ra.add_argument("paths", nargs="+", metavar="PATH", help="journal files or folders")
     ra.add_argument("--format", choices=("table", "json", "jsonl"), default=None,
-                    help="table when stdout is a terminal, else json")
+                    help="table when stdout is a terminal, else json: {schema_version, "
+                         "journals, skipped, diagnostics} (docs/relayflowd-journal.md "
+                         "journal §8); jsonl: one journal record per line, skipped and "
+                         "diagnostics on stderr")
     ra.add_argument("--fail-on", default="", metavar="VERDICT,...",
                     help="exit 1 when any journal has one of these verdicts "
                          "(violations, unreadable)")

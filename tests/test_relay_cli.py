@@ -104,3 +104,36 @@ def test_codes_lists_relay_codes(capsys):
         for code in fam:
             assert f"\n{code}\t" in out
     assert "# relay rules" in out
+
+
+def test_json_top_level_keys_and_diagnostics_are_documented(capsys, tmp_path):
+    """The "diagnostics" (and "skipped") keys: their shape is the one journal §8 and --help
+    document, with every kind of finding."""
+    from pathlib import Path
+
+    (tmp_path / "a.journal.jsonl").write_bytes(
+        EXAMPLE.read_bytes() + b'\n{"nope": 1, "seq": "x"}\n')  # a blank line and a bad line
+    (tmp_path / "b.sqlite3").write_bytes(b"nope")
+    assert main(["relay", "audit", str(tmp_path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc) == ["schema_version", "journals", "skipped", "diagnostics"]
+    diags = doc["diagnostics"]
+    assert {d["kind"] for d in diags} == {"unreadable", "warning", "quarantine"}
+    for d in diags:
+        assert list(d) == ["path", "kind", "code", "message", "where"]
+        known = {"unreadable": RELAY_UNREADABLE_REASONS, "warning": RELAY_WARNINGS,
+                 "quarantine": RELAY_QUARANTINE_REASONS}[d["kind"]]
+        assert d["code"] in known and d["message"] and d["where"].startswith(str(tmp_path))
+    quarantined = [d for d in diags if d["kind"] == "quarantine"]
+    assert quarantined[0]["where"].count(":") >= 2  # file:line:byte
+    root = Path(__file__).resolve().parents[1]
+    section = (root / "docs" / "relayflowd-journal.md").read_text("utf-8").split(
+        "## 8.")[1].split("\n## ")[0]
+    for key in ("schema_version", "journals", "skipped", "diagnostics", "unreadable",
+                "warning", "quarantine", "{path, kind, code, message, where}"):
+        assert key in section, key
+    try:
+        main(["relay", "audit", "--help"])
+    except SystemExit:
+        pass
+    assert "diagnostics" in capsys.readouterr().out
