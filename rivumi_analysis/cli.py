@@ -637,7 +637,7 @@ def cmd_codes(args: argparse.Namespace) -> int:
 
 
 # every argument that names a path (``~`` and ``$VARS`` are expanded in each)
-_PATH_ARGS = ("paths", "run_dir", "out", "png", "cache_dir", "path", "store")
+_PATH_ARGS = ("paths", "run_dir", "out", "png", "cache_dir", "path", "store", "runs_from")
 
 
 def expand_path(path: str) -> str:

@@ -47,7 +47,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           "run: the audit record plus manifest, request-limit and result fields",
           ("run_dir",)),
     Table("events", schemas.EventsSchema,
-          "accepted event: typed envelope, data as its exact JSON text", ("run_dir", "line_no")),
+          "accepted event (a line of events.jsonl that reads as an event; the others are in "
+          "quarantine_df): typed envelope, data as its exact JSON text", ("run_dir", "line_no")),
     Table("quarantine", schemas.QuarantineSchema, "events.jsonl line that is not an event",
           ("run_dir", "line_no")),
     Table("manifests", schemas.ManifestsSchema,
@@ -163,11 +164,21 @@ def _wrap(text: str, width: int, indent: str) -> list[str]:
 def render_text(table: str, width: int = 100) -> str:
     """A plain-text dictionary for a terminal (what ``rivumi-analysis schema TABLE`` prints)."""
     d = dictionary(table)
-    lines = [f"{d['loader']}: one row per {d['row']}",
-             f"key: ({', '.join(d['key'])})   model: rivumi_analysis.schemas.{d['model']}",
-             "section numbers (§N) refer to docs/run-format.md", ""]
+    relay = table.startswith("relay_")
+    head = [f"{d['loader']}: one row per {d['row']}",
+            f"load: rivumi_analysis{'.relay' if relay else ''}.{d['loader']}(PATH)   "
+            f"model: rivumi_analysis.schemas.{d['model']}",
+            f"key: ({', '.join(d['key'])}), unique per row"
+            + ("" if relay else "; join any table to runs_df on run_dir"),
+            "each column: name (type, nullable; unit), what it means, source (the file and "
+            "field, or how it is derived), values (checks every row passes)",
+            ("section numbers refer to docs/relayflowd-journal.md" if relay else
+             "section numbers (§N) refer to docs/run-format.md")
+            + "; reason and warning codes: rivumi-analysis codes"]
+    lines = [w for h in head for w in _wrap(h, width, "")] + [""]
     for c in d["columns"]:
-        facts = [c["dtype"] + (", nullable" if c["nullable"] else "")
+        dtype = c["dtype"].replace("Datetime(time_unit='us', time_zone='UTC')", "Datetime(µs, UTC)")
+        facts = [dtype + (", nullable" if c["nullable"] else "")
                  + (", unique" if c["unique"] else "")]
         if c["unit"]:
             facts.append(f"unit: {c['unit']}")

@@ -266,7 +266,8 @@ class EventsSchema(_Base):
         "pl.col('data').str.json_decode() or json.loads).", "events.jsonl data",
         nullable=True)
     warnings: pl.List(pl.Utf8) = _col(
-        "Per-line warning codes (coerced values, duplicate keys, CRLF, ...).",
+        "Per-line warning codes (coerced values, duplicate keys, CRLF, ...); the line was "
+        "still accepted. `rivumi-analysis codes` explains each code.",
         "derived: line decoder")
 
     @pa.dataframe_check

@@ -97,3 +97,32 @@ def test_dir_lists_the_public_names() -> None:
     assert {"runs_df", "events_df", "messages_df", "search", "load_fleet", "audit_run",
             "__version__"} <= names
     assert all(callable(getattr(rivumi_analysis, n)) for n in names - {"__version__"})
+
+
+def _path_actions(parser, prefix: tuple[str, ...] = ()):
+    """(subcommand, action) for every argument whose metavar names a file or folder."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _path_actions(sub, (*prefix, name))
+        elif action.metavar in ("PATH", "RUN_DIR", "DIR", "FILE"):
+            yield prefix, action
+
+
+def test_every_path_argument_of_every_command_is_expanded(monkeypatch) -> None:
+    monkeypatch.setenv("HOME", "/home/ra-test")
+    monkeypatch.setenv("RA_X", "/data")
+    found = list(_path_actions(cli._build_parser()))
+    assert len(found) >= 14 and {p for p, _ in found} >= {
+        ("audit",), ("replay",), ("fork-seed",), ("search",), ("report",), ("export",),
+        ("store",), ("watch",), ("relay", "audit")}
+    for prefix, action in found:
+        assert action.dest in cli._PATH_ARGS, (prefix, action.dest)
+        value = ["~/r", "$RA_X/r"] if action.nargs in ("*", "+") else "~/r"
+        args = type("A", (), {action.dest: value})()
+        cli._expand_args(args)
+        got = getattr(args, action.dest)
+        want = ["/home/ra-test/r", "/data/r"] if isinstance(value, list) else "/home/ra-test/r"
+        assert got == want, (prefix, action.dest)

@@ -73,3 +73,20 @@ def test_describe_is_a_dataframe() -> None:
     df = describe("tool_calls")
     assert df.height == len(TABLES["tool_calls"].model.to_schema().columns)
     assert df.filter(df["column"] == "duration_seconds")["unit"].item() == "seconds"
+
+
+def test_schema_events_reads_for_a_newcomer(capsys: pytest.CaptureFixture[str]) -> None:
+    """The header says how to load the table, what a row and the key are, how to read each
+    entry and where § and codes point; lines fit a terminal."""
+    assert cli.main(["schema", "events"]) == 0
+    out = capsys.readouterr().out
+    head = out.split("\n\n")[0].replace("\n", " ")
+    for needle in ("load: rivumi_analysis.events_df(PATH)", "quarantine_df",
+                   "key: (run_dir, line_no)", "each column:", "docs/run-format.md",
+                   "rivumi-analysis codes"):
+        assert needle in head, needle
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert "Datetime(µs, UTC)" in out and "time_unit=" not in out
+    body = out.replace("\n    ", " ")
+    for c in dictionary("events")["columns"]:
+        assert c["description"] in body, c["column"]  # every meaning printed in full
