@@ -52,3 +52,16 @@ def test_to_pandas_after_the_documented_extra() -> None:
 
     df = runs_df(str(ROOT / "tests" / "fixtures" / "example")).to_pandas()
     assert isinstance(df, pd.DataFrame) and df["verdict"].tolist() == ["terminal"]
+
+
+def test_pandas_extras_are_declared_and_documented() -> None:
+    """`pip install 'rivumi-analysis[pandas]'` (or `[notebooks]`) brings pandas, as the README
+    says; to_pandas() also needs pyarrow, a core dependency."""
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    extras = meta["optional-dependencies"]
+    for extra in ("pandas", "notebooks"):
+        assert any(d.startswith("pandas") for d in extras[extra]), extra
+    assert any(d.startswith("pyarrow") for d in meta["dependencies"])
+    assert "rivumi-analysis[pandas]" in (ROOT / "README.md").read_text("utf-8")
