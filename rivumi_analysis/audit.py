@@ -11,7 +11,7 @@ from typing import Any
 from .errors import VERDICTS
 from .read.cache import Recorder
 from .read.cleanlog import CleanLog
-from .read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover
+from .read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover, expand_path
 from .read.snapshot import RunData, read_run
 from .resume import TERMINAL_RUN_EVENTS, decide
 
@@ -145,6 +145,7 @@ def audit_run(run_dir: str, *, is_subagent: bool = False,
     >>> rec["verdict"], rec["quarantined_lines"], rec["events"]
     ('terminal', 0, 50)
     """
+    run_dir = expand_path(run_dir)  # ``~`` and ``$VARS``, as in every path argument
     loc = RunLocation(run_dir, is_subagent, parent_run_dir)
     try:
         return record_from_run(read_run(run_dir, is_subagent=is_subagent,

@@ -72,6 +72,10 @@ def test_python_api_expands_home_and_env_vars(tmp_path: Path, make_run, monkeypa
     for src in (f"~/{run.name}", f"$RA_RUNS/{run.name}", [f"~/{run.name}"]):
         assert ra.runs_df(src)["run_dir"].to_list() == [str(run)]
     assert ra.events_df(f"~/{run.name}").height == 50
+    assert ra.audit_run(f"~/{run.name}")["verdict"] == ra.audit_run(str(run))["verdict"]
+    assert ra.audit_run(f"$RA_RUNS/{run.name}")["run_dir"] == str(run)
+    assert ra.search(f"~/{run.name}", r"\w")["run_dir"].unique().to_list() == [str(run)]
+    assert ra.messages_df(f"~/{run.name}").height > 0
 
 
 def test_export_writes_every_run_table(tmp_path: Path) -> None:
