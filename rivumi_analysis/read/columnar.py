@@ -36,6 +36,7 @@ the columns. Anything else returns ``None`` and the caller takes the exact path.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from dataclasses import dataclass
@@ -195,8 +196,9 @@ def columns(files: list[Decoded]) -> tuple[pa.Table, list[bool]]:
     envs = [e for f in files for e in f.envelopes]
     n = len(envs)
     counts = [len(f) for f in files]
-    file_idx = pa.array([i for i, c in enumerate(counts) for _ in range(c)], pa.int32())
-    line_no = pa.array([j for c in counts for j in range(1, c + 1)], pa.int64())
+    file_idx = _per_row(counts, list(range(len(files))), pa.int32())
+    first_row = _per_row(counts, list(itertools.accumulate(counts, initial=0))[:-1], pa.int64())
+    line_no = pc.subtract(_row_numbers(n), first_row) if n else pa.array([], pa.int64())
     raws = [e.data for e in envs]
     data_len = _i64([len(r) for r in raws])
     joined = b"".join(raws)
@@ -241,12 +243,9 @@ def columns(files: list[Decoded]) -> tuple[pa.Table, list[bool]]:
         ok.append(not any_bad and total + lines == f.size)
     ends = pc.cumulative_sum(pc.add(length, 1))
     # offsets restart at every file: subtract the end of the previous file
-    file_start = []
-    pos = 0
-    for f in files:
-        file_start.extend([pos] * len(f))
-        pos += f.size
-    byte_offset = pc.subtract(pc.subtract(ends, pc.add(length, 1)), _i64(file_start))
+    file_start = _per_row(counts, list(itertools.accumulate(
+        (f.size for f in files), initial=0))[:-1], pa.int64())
+    byte_offset = pc.subtract(pc.subtract(ends, pc.add(length, 1)), file_start)
     out = pa.table({
         "file": file_idx, "line_no": line_no, "byte_offset": byte_offset, "byte_length": length,
         "sequence": seq, "event_type": etype, "event_run_id": rid, "task_id": tid,
@@ -256,6 +255,25 @@ def columns(files: list[Decoded]) -> tuple[pa.Table, list[bool]]:
         keep = pc.is_in(file_idx, pa.array([i for i, good in enumerate(ok) if good], pa.int32()))
         out = out.filter(keep)
     return out, ok
+
+
+def _per_row(counts: list[int], values: list[int], typ: pa.DataType) -> pa.Array:
+    """``values[i]`` repeated ``counts[i]`` times, as one array (no per-row Python object).
+
+    >>> _per_row([2, 0, 1], [7, 8, 9], pa.int64()).to_pylist()
+    [7, 7, 9]
+    """
+    keep = [i for i, c in enumerate(counts) if c]
+    if not keep:
+        return pa.array([], typ)
+    ends = pa.array(list(itertools.accumulate(counts[i] for i in keep)), pa.int64())
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(
+        ends, pa.array([values[i] for i in keep], typ)))
+
+
+def _row_numbers(n: int) -> pa.Array:
+    """``1, 2, ..., n`` as int64."""
+    return pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n))
 
 
 def _parse_timestamps(ts: pa.Array, bad: pa.Array,

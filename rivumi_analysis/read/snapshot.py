@@ -37,6 +37,7 @@ _DOC_DECODER = msgspec.json.Decoder()
 
 _NOT_READ = FileRead("not_read")
 _NOT_FOR_COLUMNS = frozenset({"request.json", "result.json"})
+_NOT_FOR_STATES = frozenset({"result.json"})  # states need the limits in request.json
 
 ATOMIC_WRITE_TARGETS = frozenset({
     "session.json", "request.json", "checkpoint.json", "result.json", "verification.json",
@@ -311,7 +312,8 @@ def _writer_lock(run_dir: str) -> tuple[str | None, bool]:
 def read_run(run_dir: str, *, is_subagent: bool = False,
              parent_run_dir: str | None = None, events_prefix: Any = None,
              decoded_out: list[Any] | None = None, source_root: str | None = None,
-             columnar: bool = False, clean: bool = False) -> RunData:
+             columnar: bool = False, with_request: bool = False,
+             clean: bool = False) -> RunData:
     """Read one run directory into a :class:`RunData`. Never raises for bad content.
 
     A live run is re-read until ``session.json`` and ``events.jsonl`` were not replaced
@@ -325,7 +327,8 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     ``columnar=True`` (the table builders): when the log is on the columnar fast path
     (``columnar.decode``; engine not ``exact``), ``RunData.fast`` holds it and no per-line
     object is built. What no table needs is then not read: ``request.json`` and
-    ``result.json`` (status ``not_read``), the listing and the writer lock.
+    ``result.json`` (status ``not_read``), the listing and the writer lock (``with_request``:
+    ``request.json`` is read all the same, for the limits ``states_df`` needs).
 
     ``clean=True`` (the audit): every file is read as usual, but when the log of a native
     run is clean (``read.cleanlog.clean_log``; engine not ``exact``), ``RunData.fast`` holds
@@ -335,6 +338,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     """
     # object-storage runs (``s3://...``) read through ``read.uri``; local paths as always
     read_file, lstat_identity, _listing, _writer_lock = _io_for(run_dir)
+    not_read = (_NOT_FOR_STATES if with_request else _NOT_FOR_COLUMNS) if columnar else ()
     live_changed = True
     session_path = os.path.join(run_dir, "session.json")
     for attempt in range(STABLE_READ_ATTEMPTS):
@@ -344,9 +348,8 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
         # the writer saves the manifest before each append (§3.4), so a stable manifest means
         # the log we read is not ahead of it.
         before = lstat_identity(session_path)
-        files = {name: read_file(os.path.join(run_dir, name)) if not (
-            columnar and name in _NOT_FOR_COLUMNS) else _NOT_READ
-                 for name in ("session.json", "request.json", "events.jsonl")}
+        files = {name: read_file(os.path.join(run_dir, name)) if name not in not_read
+                 else _NOT_READ for name in ("session.json", "request.json", "events.jsonl")}
         after = lstat_identity(session_path)
         ev = files["events.jsonl"]
         events_now = lstat_identity(os.path.join(run_dir, "events.jsonl"))
@@ -367,8 +370,8 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
             live_changed = False
             break
     for name in ("result.json", "checkpoint.json", "backend-result.json"):
-        files[name] = read_file(os.path.join(run_dir, name), limit=RUNNER_FILE_LIMIT * 4) if not (
-            columnar and name in _NOT_FOR_COLUMNS) else _NOT_READ
+        files[name] = read_file(os.path.join(run_dir, name), limit=RUNNER_FILE_LIMIT * 4) if (
+            name not in not_read) else _NOT_READ
     listing = _listing(run_dir) if not columnar else ()
     manifest, manifest_error = _parse_json_doc(files["session.json"])
     request, request_error = _parse_json_doc(files["request.json"])

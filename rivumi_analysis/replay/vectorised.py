@@ -57,7 +57,7 @@ from .reducer import (
     charge_waits_default,
     infer_generation,
 )
-from .runner import replay_verdict
+from .runner import MAX_EVENTS, replay_verdict
 
 __all__ = ["STATE_COLUMNS", "NotVectorizable", "fallback_reasons", "vector_states"]
 
@@ -304,38 +304,126 @@ def fallback_reasons(runs: Sequence[RunData]) -> dict[str, str]:
     >>> fallback_reasons([read_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e")])
     {}
     """
-    _, reasons = _compute(list(runs), None)
+    _, reasons = _compute(list(runs), None, {})
     return {runs[k].run_dir: why for k, why in reasons.items()}
 
 
 def vector_states(runs: Sequence[RunData], *,
-                  charge_approval_waits: bool | None = None) -> tuple[pl.DataFrame, dict[int, str]]:
+                  charge_approval_waits: bool | None = None,
+                  columns: Mapping[int, Any] | None = None,
+                  ) -> tuple[pl.DataFrame, dict[int, str]]:
     """States of ``runs`` (non-external, in order) by the vectorised engine.
+
+    ``columns`` maps the index of a run read for columns (``RunData.fast``, the columnar fast
+    path) to its rows of :func:`rivumi_analysis.read.columnar.columns` (an Arrow table with
+    ``line_no``, ``byte_offset``, ``byte_length``, ``sequence``, ``event_type``,
+    ``event_run_id``, ``created_at``): such a run is reduced from those columns and the
+    ``data`` objects the fast path already decoded, with no per-event snapshot object. Every
+    other run is reduced from its ``events``.
 
     Returns:
         ``(frame, fallbacks)``: the unvalidated frame with ``STATE_COLUMNS`` plus ``_r`` (the
         index of the run in ``runs``) for the runs it could express, and ``{run index:
         reason}`` for the others.
     """
-    return _compute(list(runs), charge_approval_waits)
+    return _compute(list(runs), charge_approval_waits, columns or {})
 
 
-def _compute(runs: list[RunData], charge: bool | None) -> tuple[pl.DataFrame, dict[int, str]]:
+class _Ev:
+    """What the sequential kernels read of an event on the columnar path."""
+
+    __slots__ = ("data", "event_type", "sequence")
+
+    def __init__(self, event_type: str, sequence: int, data: dict[str, Any]) -> None:
+        self.event_type = event_type
+        self.sequence = sequence
+        self.data = data
+
+
+_TS_US = pa.timestamp("us", tz="UTC")
+
+
+def _inputs(runs: list[RunData], columns: Mapping[int, Any]) -> tuple[
+        list[Any], list[int], pa.Array, pa.Array, pa.Array, pa.Array, pl.Series]:
+    """Per-event inputs of the engine: objects with ``event_type``/``sequence``/``data``, and
+    the envelope columns, from each run's events or from its columnar rows."""
+    evs: list[Any] = []
+    lengths: list[int] = []
+    line_no: list[pa.Array] = []
+    seq: list[pa.Array] = []
+    etype: list[pa.Array] = []
+    ts: list[pa.Array] = []
+    rids: list[pl.Series] = []
+    for k, run in enumerate(runs):
+        tab = columns.get(k)
+        if tab is None:
+            events = run.events
+            evs.extend(events)
+            lengths.append(len(events))
+            line_no.append(pa.array([e.line_no for e in events], pa.int64()))
+            seq.append(pa.array([e.sequence for e in events], pa.int64()))
+            etype.append(pa.array([e.event_type for e in events], pa.large_string()))
+            ts.append(pa.array([e.created_at for e in events], type=_TS_US))
+            rids.append(pl.Series([e.run_id for e in events], dtype=pl.Utf8, strict=False))
+            continue
+        fast = run.fast
+        evs.extend([_Ev(e.event_type, e.sequence, o)
+                    for e, o in zip(fast.envelopes, fast.objects, strict=True)])
+        lengths.append(tab.num_rows)
+        line_no.append(tab["line_no"].combine_chunks())
+        seq.append(tab["sequence"].combine_chunks())
+        etype.append(tab["event_type"].combine_chunks().cast(pa.large_string()))
+        ts.append(tab["created_at"].combine_chunks())
+        rids.append(pl.Series(tab["event_run_id"].combine_chunks().cast(pa.large_string()),
+                              dtype=pl.Utf8))
+
+    def cat(parts: list[pa.Array], typ: Any) -> pa.Array:
+        return pa.concat_arrays([p.cast(typ) for p in parts]) if parts else pa.array([], typ)
+
+    rid = pl.concat(rids) if rids else pl.Series([], dtype=pl.Utf8)
+    return (evs, lengths, cat(line_no, pa.int64()), cat(seq, pa.int64()),
+            cat(etype, pa.large_string()), cat(ts, _TS_US), rid)
+
+
+def _columns_proof(run: RunData, tab: Any) -> bool:
+    """:func:`~rivumi_analysis.replay.proof.replay_accepts_fast` for a run on the columnar fast
+    path, from its rows (``envelope_ok`` is checked by the caller).
+
+    The fast path proves every line accepted with no warning, newline-terminated, with no
+    ``\\u0000`` and no surrogate escape; what is left is the event count and the long lines.
+    """
+    data = run.events_bytes
+    if run.events_status != "ok" or data is None or run.kind == "external":
+        return False
+    if tab.num_rows > MAX_EVENTS:
+        return False
+    lengths = tab["byte_length"].to_pylist()
+    if max(lengths, default=0) <= 800:
+        return True
+    for lo, n in zip(tab["byte_offset"].to_pylist(), lengths, strict=True):
+        if n > 800:
+            hi = lo + n
+            if n > 4000 or data.count(b"{", lo, hi) + data.count(b"[", lo, hi) > 400:
+                return False
+    return True
+
+
+def _compute(runs: list[RunData], charge: bool | None,
+             columns: Mapping[int, Any] | None = None) -> tuple[pl.DataFrame, dict[int, str]]:
+    columns = columns or {}
     # ---- envelope columns (one flat list of events; no per-event objects are created)
-    evs: list[Event] = [e for r in runs for e in r.events]
-    lengths = [len(r.events) for r in runs]
+    evs, lengths, a_line, a_seq, a_type, a_ts, a_rid = _inputs(runs, columns)
     n = len(evs)
-    ts = pa.array([e.created_at for e in evs], type=pa.timestamp("us", tz="UTC"))
     run_ord = (pl.int_range(len(runs), eager=True, dtype=pl.Int64)
                .repeat_by(pl.Series(lengths, dtype=pl.UInt32)).explode().drop_nulls()
                if runs else pl.Series([], dtype=pl.Int64))
     base = pl.DataFrame({
         "_i": pl.int_range(n, eager=True, dtype=pl.Int64),
         "_r": run_ord.cast(pl.Int64),
-        "line_no": pl.Series([e.line_no for e in evs], dtype=pl.Int64),
-        "sequence": pl.Series([e.sequence for e in evs], dtype=pl.Int64),
-        "event_type": pl.Series([e.event_type for e in evs], dtype=pl.Utf8),
-        "created_at": pl.from_arrow(ts) if n else pl.Series([], dtype=pl.Datetime("us", "UTC")),
+        "line_no": pl.Series(a_line, dtype=pl.Int64),
+        "sequence": pl.Series(a_seq, dtype=pl.Int64),
+        "event_type": pl.Series(a_type, dtype=pl.Utf8),
+        "created_at": pl.from_arrow(a_ts) if n else pl.Series([], dtype=pl.Datetime("us", "UTC")),
     })
     et = pl.col("event_type")
     t = pl.col("created_at").cast(pl.Int64)
@@ -468,7 +556,7 @@ def _compute(runs: list[RunData], charge: bool | None) -> tuple[pl.DataFrame, di
     # ---- per-run constants
     printable = r"^[!-~]+$"
     envelope_ok = set(base.with_columns(
-        pl.Series("_rid", [e.run_id for e in evs], dtype=pl.Utf8, strict=False))
+        a_rid.alias("_rid"))
         .group_by("_r").agg(
             ok=~pl.col("_dup").first() & pl.col("event_type").str.contains(printable).all()
             & pl.col("_rid").str.contains(printable).all()
@@ -486,7 +574,12 @@ def _compute(runs: list[RunData], charge: bool | None) -> tuple[pl.DataFrame, di
             "verification.completed")], run.manifest)
         gen.append(g)
         chg.append(charge_waits_default(g) if charge is None else bool(charge))
-        accepted.append(_fork_accepted(run, k in envelope_ok))
+        tab = columns.get(k)
+        if tab is None:
+            accepted.append(_fork_accepted(run, k in envelope_ok))
+        else:  # the same proof from the columns, else the exact verdict
+            accepted.append((k in envelope_ok and _columns_proof(run, tab)) or replay_verdict(
+                run.events_bytes, run.events_status, run.run_dir)[0])
         lim = Limits.from_request(run.request)
         max_steps.append(lim.max_steps if lim else None)
         wall.append(lim.wall_time_seconds if lim else None)

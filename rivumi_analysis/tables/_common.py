@@ -7,6 +7,7 @@ Each table's own logic (what a row is, how rows are built from events) lives in 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -67,6 +68,129 @@ def load(source: Source | None, *, strict: bool, max_depth: int,
         table = builder(runs())
     check_strict(quarantined, strict)
     return table
+
+
+Wants = tuple[frozenset[str], tuple[str, ...]]
+"""Event types a table reads: exact names and name prefixes."""
+
+
+def load_columnar(source: Source | None, *, strict: bool, max_depth: int,
+                  rows: Callable[[Iterable[RunData]], list[dict[str, Any]]],
+                  model: type[pa.DataFrameModel], wants: Wants,
+                  jobs: int | None = None) -> pl.DataFrame:
+    """The loader flow of a table derived from some event types, on the columnar engine.
+
+    Runs are read for columns (``read_run(columnar=True)``), in worker processes for a large
+    fleet. A log on the columnar fast path gets snapshot events for the types in ``wants``
+    only, built from the one whole-file decode (the same objects the exact reading builds for
+    those lines); any other log is read exactly. ``rows`` (the table's own row builder, the
+    same code as for loaded runs) runs in the workers, which hand back plain rows; the parent
+    builds and validates the frame. Loaded runs (a fleet) take :func:`load`.
+    """
+    from ..read.snapshot import Fleet
+
+    if isinstance(source, (Fleet, RunData)) or (isinstance(source, (list, tuple)) and source
+                                                and all(isinstance(r, RunData) for r in source)):
+        return load(source, strict=strict, max_depth=max_depth,
+                    builder=lambda runs: frame(rows(runs), model))
+    from ..read.discovery import discover
+
+    locations = discover(source, max_depth=max_depth).runs
+    work = functools.partial(_rows_chunk, rows=rows, wants=wants)
+    out: list[dict[str, Any]] = []
+    quarantined: list[RunData] = []
+    for part, bad in map_chunks(work, locations, jobs):
+        out.extend(part)
+        quarantined.extend(bad)
+    table = frame(out, model)
+    check_strict(quarantined, strict)
+    return table
+
+
+def map_chunks(work: Callable[[list[Any]], Any], locations: list[Any],
+               jobs: int | None = None) -> list[Any]:
+    """``work`` over chunks of ``locations`` in run order: in a process pool for a large
+    fleet (``work`` must then use no polars: a forked child cannot use the parent's polars
+    thread pool), else (or when no pool can be made) in this process."""
+    from ..read.cache import PARALLEL_MIN_RUNS, _pool_context, default_jobs
+
+    n_jobs = default_jobs() if jobs is None else max(1, jobs)
+    n_jobs = min(n_jobs, max(1, len(locations) // 8))
+    if n_jobs <= 1 or len(locations) < PARALLEL_MIN_RUNS:
+        return [work(locations)]
+    size = max(8, min(256, len(locations) // (n_jobs * 4)))
+    chunks = [locations[i:i + size] for i in range(0, len(locations), size)]
+    try:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=n_jobs, mp_context=_pool_context()) as ex:
+            return list(ex.map(work, chunks))
+    except (ImportError, OSError):
+        # no process pool here (a sandbox, or privileges dropped after import so the pool's
+        # modules cannot be loaded): the same work, in this process
+        return [work(locations)]
+
+
+def _rows_chunk(locations: list[Any], *, rows: Callable[[Iterable[RunData]], list[dict[str, Any]]],
+                wants: Wants) -> tuple[list[dict[str, Any]], list[RunData]]:
+    """Rows of some runs (read for columns) and the runs with quarantined lines."""
+    from ..read.snapshot import iter_runs
+
+    with gc_paused():
+        runs = list(iter_runs(locations, columnar=True))
+        quarantined = [run for run in runs if run.quarantined]
+        return rows(event_views(runs, wants)), quarantined
+
+
+def event_views(runs: list[RunData], wants: Wants) -> list[RunData]:
+    """``runs`` (read for columns) as snapshots whose ``events`` hold the types in ``wants``.
+
+    A run on the columnar fast path whose batch checks pass
+    (:func:`rivumi_analysis.read.columnar.columns`) gets the exact reading's ``Event`` objects
+    for those types only (built as ``read.snapshot.fast_lines_and_events`` builds them); any
+    other run is its complete snapshot (:func:`rivumi_analysis.read.snapshot.exact_run`).
+    """
+    import dataclasses
+
+    from ..read.columnar import columns
+    from ..read.snapshot import exact_run
+
+    fast = [k for k, r in enumerate(runs) if r.fast is not None]
+    if not fast:
+        return runs
+    names, prefixes = wants
+    table, ok = columns([runs[k].fast for k in fast])
+    offsets = table["byte_offset"].to_pylist()
+    lengths = table["byte_length"].to_pylist()
+    out = list(runs)
+    start = 0
+    for k, good in zip(fast, ok, strict=True):
+        run = runs[k]
+        if not good:
+            out[k] = exact_run(run)
+            continue
+        dec = run.fast
+        events = []
+        for j, e in enumerate(dec.envelopes):
+            et = e.event_type
+            if et in names or (prefixes and et.startswith(prefixes)):
+                events.append(_fast_event(e, dec.objects[j], j + 1, offsets[start + j],
+                                          lengths[start + j]))
+        start += len(dec)
+        out[k] = dataclasses.replace(run, events=events, fast=None)
+    return out
+
+
+def _fast_event(e: Any, obj: dict[str, Any], line_no: int, offset: int, length: int) -> Any:
+    """The exact reading's ``Event`` of a line on the columnar fast path."""
+    from ..read.snapshot import Event
+
+    ts = e.created_at
+    return Event(line_no, offset, length, e.sequence, e.event_type, e.run_id, e.task_id,
+                 e.event_id, datetime.fromisoformat(ts), None, bytes(e.data).decode("utf-8"),
+                 obj, (), {"created_at": ts, "data": obj, "event_id": e.event_id,
+                           "event_type": e.event_type, "run_id": e.run_id,
+                           "sequence": e.sequence, "task_id": e.task_id})
 
 
 def check_strict(runs: list[RunData], strict: bool) -> None:

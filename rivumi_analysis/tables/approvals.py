@@ -9,13 +9,22 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import _seconds, _str, frame, load
+from ._common import _seconds, _str, frame, load_columnar
+
+WANTS = (frozenset(), ("approval.",))
+"""The event types this table reads (names, prefixes): the columnar loader builds no other."""
 
 
 def approvals_frame(runs: Iterable[RunData]) -> pl.DataFrame:
     from ..schemas import ApprovalsSchema
 
-    rows = []
+    return frame(approvals_rows(runs), ApprovalsSchema)
+
+
+def approvals_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
+    """The rows of ``runs`` (no polars: safe in a forked worker); events of other types than
+    :data:`WANTS` are never read."""
+    rows: list[dict[str, Any]] = []
     for run in runs:
         reqs: dict[str, dict[str, Any]] = {}
         for e in run.events:
@@ -46,7 +55,7 @@ def approvals_frame(runs: Iterable[RunData]) -> pl.DataFrame:
         for row in reqs.values():
             row["wait_seconds"] = _seconds(row["requested_at"], row["closed_at"])
             rows.append(row)
-    return frame(rows, ApprovalsSchema)
+    return rows
 
 
 def approvals_df(source: Any = None, *, strict: bool = False,
@@ -72,4 +81,11 @@ def approvals_df(source: Any = None, *, strict: bool = False,
     >>> df["decision"].to_list().count("allow_session")
     1
     """
-    return load(source, strict=strict, max_depth=max_depth, builder=approvals_frame)
+    return load_columnar(source, strict=strict, max_depth=max_depth, rows=approvals_rows,
+                         model=_model(), wants=WANTS)
+
+
+def _model() -> Any:
+    from ..schemas import ApprovalsSchema
+
+    return ApprovalsSchema

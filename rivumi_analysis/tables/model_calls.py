@@ -9,13 +9,23 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import _int, _seconds, _str, frame, load, usage_columns
+from ._common import _int, _seconds, _str, frame, load_columnar, usage_columns
+
+WANTS = (frozenset({"run.created", "session.resumed", "session.continued", "model.requested",
+                   "model.retry", "model.fallback", "model.completed", "model.failed"}), ())
+"""The event types this table reads (names, prefixes): the columnar loader builds no other."""
 
 
 def model_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
     from ..schemas import ModelCallsSchema
 
-    rows = []
+    return frame(model_calls_rows(runs), ModelCallsSchema)
+
+
+def model_calls_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
+    """The rows of ``runs`` (no polars: safe in a forked worker); events of other types than
+    :data:`WANTS` are never read."""
+    rows: list[dict[str, Any]] = []
     for run in runs:
         current: dict[str, Any] | None = None
         first = len(rows)
@@ -62,7 +72,7 @@ def model_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
                     current["failure_kind"] = _str(d.get("kind"))
         for row in rows[first:]:  # this run's rows only: linear in the fleet
             row["duration_seconds"] = _seconds(row["requested_at"], row["completed_at"])
-    return frame(rows, ModelCallsSchema)
+    return rows
 
 
 def model_calls_df(source: Any = None, *, strict: bool = False,
@@ -88,4 +98,11 @@ def model_calls_df(source: Any = None, *, strict: bool = False,
     >>> int(df["total_tokens"].sum())
     7583
     """
-    return load(source, strict=strict, max_depth=max_depth, builder=model_calls_frame)
+    return load_columnar(source, strict=strict, max_depth=max_depth, rows=model_calls_rows,
+                         model=_model(), wants=WANTS)
+
+
+def _model() -> Any:
+    from ..schemas import ModelCallsSchema
+
+    return ModelCallsSchema

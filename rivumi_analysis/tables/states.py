@@ -15,14 +15,23 @@ runs, whose clock did not pause during approvals; True/False forces the rule for
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
 from ..errors import SchemaValidationError
-from ..read.snapshot import RunData, gc_paused, runs_of, stream_runs
+from ..read.discovery import discover
+from ..read.snapshot import (
+    Fleet,
+    RunData,
+    exact_run,
+    gc_paused,
+    read_run,
+    runs_of,
+    stream_runs,
+)
 from ..replay.proof import run_replay_verdict
 from ..replay.reducer import (
     Limits,
@@ -162,7 +171,7 @@ def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
     # Runs are read and reduced a batch at a time, so memory follows the table, not the
     # parsed fleet; batches keep file order, and the result equals one pass over all runs.
     with gc_paused():
-        for run in stream_runs(source, max_depth=max_depth):
+        for run in _read(source, max_depth, engine):
             if run.quarantined:
                 quarantined.append(run)
             if run.kind != "external":
@@ -176,6 +185,44 @@ def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
     return _validate(pl.concat(pieces) if len(pieces) > 1 else pieces[0])
 
 
+def _read(source: Any, max_depth: int, engine: str) -> Iterator[RunData]:
+    """The runs of ``source``. Path sources for the vectorised engine are read for columns
+    (``read_run(columnar=True)``: a log on the columnar fast path is not turned into
+    per-event objects; ``request.json`` is read for the limits); the reference engine and
+    loaded runs take the snapshots as they are."""
+    if engine == "reference" or isinstance(source, (Fleet, RunData)) or (
+            isinstance(source, (list, tuple)) and source
+            and all(isinstance(r, RunData) for r in source)):
+        return stream_runs(source, max_depth=max_depth)
+    locations = discover(source, max_depth=max_depth).runs
+    return (read_run(loc.run_dir, is_subagent=loc.is_subagent,
+                     parent_run_dir=loc.parent_run_dir, source_root=loc.source_root,
+                     columnar=True, with_request=True) for loc in locations)
+
+
+def _with_columns(runs: list[RunData]) -> tuple[list[RunData], dict[int, Any]]:
+    """Runs read for columns: the columnar rows of those on the fast path (one batch of
+    :func:`rivumi_analysis.read.columnar.columns`), and every other run as its complete
+    snapshot (:func:`rivumi_analysis.read.snapshot.exact_run`)."""
+    fast = [k for k, r in enumerate(runs) if r.fast is not None]
+    if not fast:
+        return runs, {}
+    from ..read.columnar import columns
+
+    table, ok = columns([runs[k].fast for k in fast])
+    out = list(runs)
+    rows: dict[int, Any] = {}
+    start = 0
+    for k, good in zip(fast, ok, strict=True):
+        if good:
+            size = len(runs[k].fast)
+            rows[k] = table.slice(start, size)
+            start += size
+        else:  # a batch check failed: the exact per-line reading
+            out[k] = exact_run(runs[k])
+    return out, rows
+
+
 def _states_of(native: list[RunData], charge_approval_waits: bool | None,
                engine: str) -> pl.DataFrame:
     """The (unvalidated) state rows of some non-external runs, in order."""
@@ -184,13 +231,16 @@ def _states_of(native: list[RunData], charge_approval_waits: bool | None,
                              for r in native), validate=False)
     from ..replay.vectorised import NotVectorizable, vector_states
 
-    df, fallbacks = vector_states(native, charge_approval_waits=charge_approval_waits)
+    native, rows = _with_columns(native)
+    df, fallbacks = vector_states(native, charge_approval_waits=charge_approval_waits,
+                                  columns=rows)
     if fallbacks and engine == "vectorized":
         k, why = next(iter(sorted(fallbacks.items())))
         raise NotVectorizable(f"{native[k].run_dir}: {why} (use engine='auto')")
     if fallbacks:
         pieces = [df] + [
-            states_frame([replay_run(native[k], charge_approval_waits=charge_approval_waits)],
+            states_frame([replay_run(exact_run(native[k]),
+                                     charge_approval_waits=charge_approval_waits)],
                          validate=False).select(pl.lit(k, dtype=pl.Int64).alias("_r"), pl.all())
             for k in sorted(fallbacks)]
         df = pl.concat(pieces).sort("_r", maintain_order=True)

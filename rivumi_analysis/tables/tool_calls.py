@@ -9,13 +9,32 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import _bool, _int, _seconds, _str, clipped_size, frame, load, preview, raw_value
+from ._common import (
+    _bool,
+    _int,
+    _seconds,
+    _str,
+    clipped_size,
+    frame,
+    load_columnar,
+    preview,
+    raw_value,
+)
+
+WANTS = (frozenset({"model.requested"}), ("tool.",))
+"""The event types this table reads (names, prefixes): the columnar loader builds no other."""
 
 
 def tool_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
     from ..schemas import ToolCallsSchema
 
-    rows = []
+    return frame(tool_calls_rows(runs), ToolCallsSchema)
+
+
+def tool_calls_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
+    """The rows of ``runs`` (no polars: safe in a forked worker); events of other types than
+    :data:`WANTS` are never read."""
+    rows: list[dict[str, Any]] = []
     for run in runs:
         calls: dict[str, dict[str, Any]] = {}
         step = None
@@ -69,7 +88,7 @@ def tool_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
             row["duration_seconds"] = _seconds(row["started_at"], row["completed_at"])
             row["outcome"] = _tool_outcome(row)
             rows.append(row)
-    return frame(rows, ToolCallsSchema)
+    return rows
 
 
 def _tool_outcome(row: dict[str, Any]) -> str:
@@ -108,4 +127,11 @@ def tool_calls_df(source: Any = None, *, strict: bool = False,
     >>> df["outcome"].value_counts().sort("outcome").rows()
     [('error', 2), ('ok', 4)]
     """
-    return load(source, strict=strict, max_depth=max_depth, builder=tool_calls_frame)
+    return load_columnar(source, strict=strict, max_depth=max_depth, rows=tool_calls_rows,
+                         model=_model(), wants=WANTS)
+
+
+def _model() -> Any:
+    from ..schemas import ToolCallsSchema
+
+    return ToolCallsSchema

@@ -9,13 +9,23 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import _float, _str, frame, load, usage_columns
+from ._common import _float, _str, frame, load_columnar, usage_columns
+
+WANTS = (frozenset({"run.created", "session.resumed", "session.continued", "model.requested",
+                   "model.fallback", "model.completed", "role_lane.completed"}), ())
+"""The event types this table reads (names, prefixes): the columnar loader builds no other."""
 
 
 def usage_frame(runs: Iterable[RunData]) -> pl.DataFrame:
     from ..schemas import UsageSchema
 
-    rows = []
+    return frame(usage_rows(runs), UsageSchema)
+
+
+def usage_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
+    """The rows of ``runs`` (no polars: safe in a forked worker); events of other types than
+    :data:`WANTS` are never read."""
+    rows: list[dict[str, Any]] = []
     for run in runs:
         m = run.manifest or {}
         records = m.get("model_usage")
@@ -46,7 +56,7 @@ def usage_frame(runs: Iterable[RunData]) -> pl.DataFrame:
                                        _str(e.data.get("provider")), _str(e.data.get("model")),
                                        e.data.get("usage"), e.data.get("cost")))
                 index += 1
-    return frame(rows, UsageSchema)
+    return rows
 
 
 def _usage_row(run: RunData, i: int, source: str, lane: str, provider: str | None,
@@ -90,7 +100,8 @@ def usage_df(source: Any = None, *, strict: bool = False,
     >>> df["lane"].unique().to_list()
     ['primary']
     """
-    return load(source, strict=strict, max_depth=max_depth, builder=usage_frame)
+    return load_columnar(source, strict=strict, max_depth=max_depth, rows=usage_rows,
+                         model=_model(), wants=WANTS)
 
 
 def cost_by_model(usage: pl.DataFrame, *, by: tuple[str, ...] = ("provider", "model")
@@ -130,3 +141,9 @@ def cost_by_model(usage: pl.DataFrame, *, by: tuple[str, ...] = ("provider", "mo
         (pl.col("total_tokens").filter(~pl.col("cost_known")).sum()
          / pl.col("total_tokens").sum()).fill_nan(0.0).alias("unknown_cost_token_share"),
     ).sort("total_tokens", descending=True))
+
+
+def _model() -> Any:
+    from ..schemas import UsageSchema
+
+    return UsageSchema

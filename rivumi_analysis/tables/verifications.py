@@ -9,13 +9,23 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import Event, RunData
-from ._common import _bool, _float, _int, _str, frame, load
+from ._common import _bool, _float, _int, _str, frame, load_columnar
+
+WANTS = (frozenset({"verification.started", "verification.completed",
+                   "verification.reused"}), ())
+"""The event types this table reads (names, prefixes): the columnar loader builds no other."""
 
 
 def verifications_frame(runs: Iterable[RunData]) -> pl.DataFrame:
     from ..schemas import VerificationsSchema
 
-    rows = []
+    return frame(verifications_rows(runs), VerificationsSchema)
+
+
+def verifications_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
+    """The rows of ``runs`` (no polars: safe in a forked worker); events of other types than
+    :data:`WANTS` are never read."""
+    rows: list[dict[str, Any]] = []
     for run in runs:
         open_checks: dict[str, dict[str, Any]] = {}
         for e in run.events:
@@ -49,7 +59,7 @@ def verifications_frame(runs: Iterable[RunData]) -> pl.DataFrame:
                                duration_seconds=_float(d.get("duration_seconds")))
                     if argv and not row["argv"]:
                         row["argv"] = argv
-    return frame(rows, VerificationsSchema)
+    return rows
 
 
 def _ver_row(run: RunData, name: str | None, argv: list[str], outcome: str, started: Event | None,
@@ -87,4 +97,11 @@ def verifications_df(source: Any = None, *, strict: bool = False,
     >>> df["outcome"].to_list()
     ['passed']
     """
-    return load(source, strict=strict, max_depth=max_depth, builder=verifications_frame)
+    return load_columnar(source, strict=strict, max_depth=max_depth, rows=verifications_rows,
+                         model=_model(), wants=WANTS)
+
+
+def _model() -> Any:
+    from ..schemas import VerificationsSchema
+
+    return VerificationsSchema
