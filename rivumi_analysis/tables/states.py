@@ -165,13 +165,24 @@ def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
+    locations = _locations(source, max_depth, engine)
+    runs = (stream_runs(source, max_depth=max_depth) if locations is None
+            else _read(locations))
+    pieces, quarantined = _states_batches(runs, charge_approval_waits, engine)
+    check_strict(quarantined, strict)
+    return _validate(pl.concat(pieces) if len(pieces) > 1 else pieces[0])
+
+
+def _states_batches(runs: Iterable[RunData], charge_approval_waits: bool | None,
+                    engine: str) -> tuple[list[pl.DataFrame], list[RunData]]:
+    """State rows (unvalidated, a frame per batch) and the runs with quarantined lines."""
     quarantined: list[RunData] = []
     pieces: list[pl.DataFrame] = []
     batch: list[RunData] = []
     # Runs are read and reduced a batch at a time, so memory follows the table, not the
     # parsed fleet; batches keep file order, and the result equals one pass over all runs.
     with gc_paused():
-        for run in _read(source, max_depth, engine):
+        for run in runs:
             if run.quarantined:
                 quarantined.append(run)
             if run.kind != "external":
@@ -181,20 +192,22 @@ def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
                 batch = []
         if batch or not pieces:
             pieces.append(_states_of(batch, charge_approval_waits, engine))
-    check_strict(quarantined, strict)
-    return _validate(pl.concat(pieces) if len(pieces) > 1 else pieces[0])
+    return pieces, quarantined
 
 
-def _read(source: Any, max_depth: int, engine: str) -> Iterator[RunData]:
-    """The runs of ``source``. Path sources for the vectorised engine are read for columns
-    (``read_run(columnar=True)``: a log on the columnar fast path is not turned into
-    per-event objects; ``request.json`` is read for the limits); the reference engine and
-    loaded runs take the snapshots as they are."""
+def _locations(source: Any, max_depth: int, engine: str) -> list[Any] | None:
+    """The run locations of a path source for the vectorised engine (None: the reference
+    engine, or runs already loaded, which take the snapshots as they are)."""
     if engine == "reference" or isinstance(source, (Fleet, RunData)) or (
             isinstance(source, (list, tuple)) and source
             and all(isinstance(r, RunData) for r in source)):
-        return stream_runs(source, max_depth=max_depth)
-    locations = discover(source, max_depth=max_depth).runs
+        return None
+    return discover(source, max_depth=max_depth).runs
+
+
+def _read(locations: list[Any]) -> Iterator[RunData]:
+    """Runs read for columns (``read_run(columnar=True)``: a log on the columnar fast path is
+    not turned into per-event objects; ``request.json`` is read for the limits)."""
     return (read_run(loc.run_dir, is_subagent=loc.is_subagent,
                      parent_run_dir=loc.parent_run_dir, source_root=loc.source_root,
                      columnar=True, with_request=True) for loc in locations)
