@@ -126,3 +126,39 @@ def test_generated_logs(tmp_path: Path, picks: list[tuple[int, str]]) -> None:
     source = _write(tmp_path, b"".join(out))
     _check_all(source)
     assert_frame_equal(states_df(source), states_df(source, engine="reference"))
+
+
+@pytest.mark.parametrize("engine", ["auto", "exact"])
+def test_states_prepared_in_a_pool_equal_the_reference(
+        corpus: str, tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from rivumi_analysis.tables import states as states_mod
+
+    copy = tmp_path / "runs"
+    shutil.copytree(corpus, copy)
+    logs = sorted(copy.glob("*/events.jsonl"))
+    logs[3].write_bytes(logs[3].read_bytes() + b'{"not json\n')  # exact path, quarantined
+    data = logs[4].read_bytes()  # a duplicate sequence: the reference reducer
+    logs[4].write_bytes(data + data.splitlines(keepends=True)[-1])
+    monkeypatch.setenv(_columnar.ENGINE_ENV, engine)
+    ref = states_df(str(copy), engine="reference")
+    monkeypatch.setattr(states_mod, "STATES_POOL_MIN_RUNS", 16)
+    used = []
+    real = states_mod._states_in_pool
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        out = real(*a, **kw)
+        used.append(out is not None)
+        return out
+
+    monkeypatch.setattr(states_mod, "_states_in_pool", spy)
+    assert_frame_equal(states_df(str(copy)), ref)
+    assert used == [True]  # 40 runs: chunks in two workers
+    from rivumi_analysis.errors import QuarantineError
+    from rivumi_analysis.replay.vectorised import NotVectorizable
+
+    with pytest.raises(QuarantineError):
+        states_df(str(copy), strict=True)
+    with pytest.raises(NotVectorizable, match="duplicate_sequence"):
+        states_df(str(copy), engine="vectorized")

@@ -408,56 +408,54 @@ def _columns_proof(run: RunData, tab: Any) -> bool:
     return True
 
 
-def _compute(runs: list[RunData], charge: bool | None,
-             columns: Mapping[int, Any] | None = None) -> tuple[pl.DataFrame, dict[int, str]]:
-    columns = columns or {}
-    # ---- envelope columns (one flat list of events; no per-event objects are created)
-    evs, lengths, a_line, a_seq, a_type, a_ts, a_rid = _inputs(runs, columns)
-    n = len(evs)
-    run_ord = (pl.int_range(len(runs), eager=True, dtype=pl.Int64)
-               .repeat_by(pl.Series(lengths, dtype=pl.UInt32)).explode().drop_nulls()
-               if runs else pl.Series([], dtype=pl.Int64))
-    base = pl.DataFrame({
-        "_i": pl.int_range(n, eager=True, dtype=pl.Int64),
-        "_r": run_ord.cast(pl.Int64),
-        "line_no": pl.Series(a_line, dtype=pl.Int64),
-        "sequence": pl.Series(a_seq, dtype=pl.Int64),
-        "event_type": pl.Series(a_type, dtype=pl.Utf8),
-        "created_at": pl.from_arrow(a_ts) if n else pl.Series([], dtype=pl.Datetime("us", "UTC")),
-    })
-    et = pl.col("event_type")
-    t = pl.col("created_at").cast(pl.Int64)
-    cont = et == "session.continued"
-    resumed = et == "session.resumed"
-    created = et.is_in(["run.created", "run.forked"]) & t.is_not_null()
-    base = base.with_columns(
-        t.alias("_t"),
-        t.cum_max().forward_fill().over("_r").alias("_last"),
-        created.cum_sum().over("_r").alias("_sseg"),
-        (created | cont).cum_sum().over("_r").alias("_tseg"),
-        cont.cum_sum().over("_r").alias("continuation_index"),
-        resumed.cum_sum().over("_r").alias("resume_count"),
-        (resumed | cont).cum_sum().over("_r").alias("_rs"),
-        pl.col("sequence").is_duplicated().any().over("_r").alias("_dup"),
-    ).with_columns(pl.col("_last").shift(1).over("_r").alias("_last_prev"))
+_BY_TYPE = ("model.requested", "model.completed", "role_lane.completed", "tool.started",
+            "tool.completed", "approval.requested", "verification.started",
+            "verification.completed", "verification.reused", "run.completed", "run.failed",
+            "run.cancelled")
 
-    # ---- which runs fall back, and the data fields, from the events that need them
-    reasons: dict[int, str] = {}
-    starts = [0]
-    for ln in lengths:
-        starts.append(starts[-1] + ln)
-    dup = base.group_by("_r").agg(pl.col("_dup").first()).filter(pl.col("_dup"))["_r"]
-    for k in dup.to_list():
-        reasons[k] = "duplicate_sequence"
-    types = base["event_type"]
-    by_type: dict[str, list[int]] = {}
-    for name in ("model.requested", "model.completed", "role_lane.completed", "tool.started",
-                 "tool.completed", "approval.requested", "verification.started",
-                 "verification.completed", "verification.reused", "run.completed",
-                 "run.failed", "run.cancelled"):
-        by_type[name] = (types == name).arg_true().to_list()
-    guard_idx = types.is_in(list(_GUARD_TYPES)).arg_true().to_list()
-    appr_idx = types.is_in(list(_APPROVAL_TYPES)).arg_true().to_list()
+# The per-event "setter" columns the sequential part hands to the window expressions.
+_SETTERS: dict[str, tuple[pl.DataType, pa.DataType]] = {
+    "_step_v": (pl.Int64(), pa.int64()),
+    "_u_add": (pl.Boolean(), pa.bool_()),
+    "_u_lane": (pl.Int8(), pa.int8()),
+    "_u_in": (pl.Int64(), pa.int64()),
+    "_u_out": (pl.Int64(), pa.int64()),
+    "_u_cached": (pl.Int64(), pa.int64()),
+    "_u_reason": (pl.Int64(), pa.int64()),
+    "_u_rt": (pl.Int64(), pa.int64()),
+    "_tkey": (pl.Utf8(), pa.large_string()),
+    "_tkind": (pl.Int8(), pa.int8()),
+    "_vkey": (pl.Utf8(), pa.large_string()),
+    "_vkind": (pl.Int8(), pa.int8()),
+    "_term_reason": (pl.Utf8(), pa.large_string()),
+    "_g_cnt": (pl.Int64(), pa.int64()),
+    "_g_fp_set": (pl.Boolean(), pa.bool_()),
+    "_g_fp": (pl.Utf8(), pa.large_string()),
+    "_g_unk": (pl.Boolean(), pa.bool_()),
+    "_a_open": (pl.Int64(), pa.int64()),
+    "_a_t": (pl.Int64(), pa.int64()),
+    "_a_wait": (pl.Float64(), pa.float64()),
+    "_a_down": (pl.Float64(), pa.float64()),
+}
+# The per-run constants.
+_PER_RUN: dict[str, tuple[pl.DataType, pa.DataType]] = {
+    "run_dir": (pl.Utf8(), pa.large_string()),
+    "run_id": (pl.Utf8(), pa.large_string()),
+    "kind": (pl.Utf8(), pa.large_string()),
+    "fork_accepted": (pl.Boolean(), pa.bool_()),
+    "runner_generation": (pl.Utf8(), pa.large_string()),
+    "charge_approval_waits": (pl.Boolean(), pa.bool_()),
+    "_max_steps": (pl.Int64(), pa.int64()),
+    "_wall": (pl.Float64(), pa.float64()),
+    "_max_tok": (pl.Int64(), pa.int64()),
+}
+
+
+def _setters(evs: Sequence[Any], starts: list[int], by_type: Mapping[str, list[int]],
+             guard_idx: list[int], appr_idx: list[int], t_list: Sequence[int | None],
+             last_prev: Sequence[int | None], reasons: dict[int, str]) -> dict[str, list[Any]]:
+    """The setter columns from the events that need them (adds fallback reasons)."""
+    n = len(evs)
 
     def col(default: Any = None) -> list[Any]:
         return [default] * n
@@ -505,10 +503,8 @@ def _compute(runs: list[RunData], charge: bool | None,
     # repeat guard and approvals, run by run over their few events
     g_cnt, g_fp_set, g_fp, g_unk, g_name = col(), col(False), col(), col(), col()
     a_open, a_t, a_wait, a_down = col(), col(), col(0.0), col(0.0)
-    t_list = base["_t"].to_list()
-    last_prev = base["_last_prev"].to_list()
     gi = ai = 0
-    for k in range(len(runs)):
+    for k in range(len(starts) - 1):
         lo, hi = starts[k], starts[k + 1]
         g_run: list[int] = []
         while gi < len(guard_idx) and guard_idx[gi] < hi:
@@ -524,44 +520,18 @@ def _compute(runs: list[RunData], charge: bool | None,
                or _approval_scan(evs, a_run, t_list, last_prev, a_open, a_t, a_wait, a_down))
         if why:
             reasons[k] = why
+    return {"_step_v": step_v, "_u_add": u_add, "_u_lane": u_lane, "_u_in": u_in,
+            "_u_out": u_out, "_u_cached": u_cached, "_u_reason": u_reason, "_u_rt": u_rt,
+            "_tkey": tkey, "_tkind": tkind, "_vkey": vkey, "_vkind": vkind,
+            "_term_reason": term_reason, "_g_cnt": g_cnt, "_g_fp_set": g_fp_set, "_g_fp": g_fp,
+            "_g_unk": g_unk, "_a_open": a_open, "_a_t": a_t, "_a_wait": a_wait,
+            "_a_down": a_down}
 
-    df = base.with_columns(
-        pl.Series("_step_v", step_v, dtype=pl.Int64),
-        pl.Series("_u_add", u_add, dtype=pl.Boolean),
-        pl.Series("_u_lane", u_lane, dtype=pl.Int8),
-        pl.Series("_u_in", u_in, dtype=pl.Int64),
-        pl.Series("_u_out", u_out, dtype=pl.Int64),
-        pl.Series("_u_cached", u_cached, dtype=pl.Int64),
-        pl.Series("_u_reason", u_reason, dtype=pl.Int64),
-        pl.Series("_u_rt", u_rt, dtype=pl.Int64),
-        pl.Series("_tkey", tkey, dtype=pl.Utf8),
-        pl.Series("_tkind", tkind, dtype=pl.Int8),
-        pl.Series("_vkey", vkey, dtype=pl.Utf8),
-        pl.Series("_vkind", vkind, dtype=pl.Int8),
-        pl.Series("_term_reason", term_reason, dtype=pl.Utf8),
-        pl.Series("_g_cnt", g_cnt, dtype=pl.Int64),
-        pl.Series("_g_fp_set", g_fp_set, dtype=pl.Boolean),
-        pl.Series("_g_fp", g_fp, dtype=pl.Utf8),
-        pl.Series("_g_unk", g_unk, dtype=pl.Boolean),
-        pl.Series("_a_open", a_open, dtype=pl.Int64),
-        pl.Series("_a_t", a_t, dtype=pl.Int64),
-        (pl.col("event_type") == "approval.requested").alias("_a_set"),
-        pl.Series("_a_wait", a_wait, dtype=pl.Float64),
-        pl.Series("_a_down", a_down, dtype=pl.Float64),
-    )
-    if reasons:
-        df = df.filter(~pl.col("_r").is_in(list(reasons)))
-    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"))
 
-    # ---- per-run constants
-    printable = r"^[!-~]+$"
-    envelope_ok = set(base.with_columns(
-        a_rid.alias("_rid"))
-        .group_by("_r").agg(
-            ok=~pl.col("_dup").first() & pl.col("event_type").str.contains(printable).all()
-            & pl.col("_rid").str.contains(printable).all()
-            & (pl.col("_rid").n_unique() == 1) & pl.col("_rid").is_not_null().all())
-        .filter(pl.col("ok"))["_r"].to_list())
+def _per_run(runs: Sequence[RunData], starts: list[int], evs: Sequence[Any],
+             reasons: Mapping[int, str], envelope_ok: set[int], charge: bool | None,
+             columns: Mapping[int, Any]) -> dict[str, list[Any]]:
+    """The per-run constants (generation, charging rule, replay verdict, limits)."""
     gen, chg, accepted, max_steps, wall, max_tok = [], [], [], [], [], []
     for k, run in enumerate(runs):
         if k in reasons:
@@ -584,18 +554,180 @@ def _compute(runs: list[RunData], charge: bool | None,
         max_steps.append(lim.max_steps if lim else None)
         wall.append(lim.wall_time_seconds if lim else None)
         max_tok.append(lim.max_total_tokens if lim else None)
-    per_run = pl.DataFrame({
-        "_r": pl.int_range(len(runs), eager=True, dtype=pl.Int64),
-        "run_dir": pl.Series([r.run_dir for r in runs], dtype=pl.Utf8),
-        "run_id": pl.Series([r.run_id for r in runs], dtype=pl.Utf8),
-        "kind": pl.Series([r.kind for r in runs], dtype=pl.Utf8),
-        "fork_accepted": pl.Series(accepted, dtype=pl.Boolean),
-        "runner_generation": pl.Series(gen, dtype=pl.Utf8),
-        "charge_approval_waits": pl.Series(chg, dtype=pl.Boolean),
-        "_max_steps": pl.Series(max_steps, dtype=pl.Int64),
-        "_wall": pl.Series(wall, dtype=pl.Float64),
-        "_max_tok": pl.Series(max_tok, dtype=pl.Int64),
+    return {"run_dir": [r.run_dir for r in runs], "run_id": [r.run_id for r in runs],
+            "kind": [r.kind for r in runs], "fork_accepted": accepted,
+            "runner_generation": gen, "charge_approval_waits": chg, "_max_steps": max_steps,
+            "_wall": wall, "_max_tok": max_tok}
+
+
+def _compute(runs: list[RunData], charge: bool | None,
+             columns: Mapping[int, Any] | None = None) -> tuple[pl.DataFrame, dict[int, str]]:
+    columns = columns or {}
+    # ---- envelope columns (one flat list of events; no per-event objects are created)
+    evs, lengths, a_line, a_seq, a_type, a_ts, a_rid = _inputs(runs, columns)
+    n = len(evs)
+    run_ord = (pl.int_range(len(runs), eager=True, dtype=pl.Int64)
+               .repeat_by(pl.Series(lengths, dtype=pl.UInt32)).explode().drop_nulls()
+               if runs else pl.Series([], dtype=pl.Int64))
+    base = pl.DataFrame({
+        "_r": run_ord.cast(pl.Int64),
+        "line_no": pl.Series(a_line, dtype=pl.Int64),
+        "sequence": pl.Series(a_seq, dtype=pl.Int64),
+        "event_type": pl.Series(a_type, dtype=pl.Utf8),
+        "created_at": pl.from_arrow(a_ts) if n else pl.Series([], dtype=pl.Datetime("us", "UTC")),
     })
+    t = pl.col("created_at").cast(pl.Int64)
+    facts = base.select(
+        "_r",
+        t.alias("_t"),
+        t.cum_max().forward_fill().over("_r").alias("_last"),
+        pl.col("sequence").is_duplicated().any().over("_r").alias("_dup"),
+    ).with_columns(pl.col("_last").shift(1).over("_r").alias("_last_prev"))
+
+    # ---- which runs fall back, and the data fields, from the events that need them
+    reasons: dict[int, str] = {}
+    starts = [0]
+    for ln in lengths:
+        starts.append(starts[-1] + ln)
+    dup = base.select("_r", facts["_dup"]).group_by("_r").agg(
+        pl.col("_dup").first()).filter(pl.col("_dup"))["_r"]
+    for k in dup.to_list():
+        reasons[k] = "duplicate_sequence"
+    types = base["event_type"]
+    by_type = {name: (types == name).arg_true().to_list() for name in _BY_TYPE}
+    guard_idx = types.is_in(list(_GUARD_TYPES)).arg_true().to_list()
+    appr_idx = types.is_in(list(_APPROVAL_TYPES)).arg_true().to_list()
+    setters = _setters(evs, starts, by_type, guard_idx, appr_idx, facts["_t"].to_list(),
+                       facts["_last_prev"].to_list(), reasons)
+
+    # ---- per-run constants
+    printable = r"^[!-~]+$"
+    envelope_ok = set(base.select("_r", "event_type", facts["_dup"], a_rid.alias("_rid"))
+        .group_by("_r").agg(
+            ok=~pl.col("_dup").first() & pl.col("event_type").str.contains(printable).all()
+            & pl.col("_rid").str.contains(printable).all()
+            & (pl.col("_rid").n_unique() == 1) & pl.col("_rid").is_not_null().all())
+        .filter(pl.col("ok"))["_r"].to_list())
+    per = _per_run(runs, starts, evs, reasons, envelope_ok, charge, columns)
+    events = base.with_columns(
+        *[pl.Series(name, setters[name], dtype=dt) for name, (dt, _) in _SETTERS.items()])
+    per_run = pl.DataFrame({"_r": pl.int_range(len(runs), eager=True, dtype=pl.Int64),
+                            **{name: pl.Series(per[name], dtype=dt)
+                               for name, (dt, _) in _PER_RUN.items()}})
+    return _finish(events, per_run, reasons)
+
+
+def prepare_columnar(runs: list[RunData], charge: bool | None,
+                     columns: Mapping[int, Any]) -> tuple[Any, Any, dict[int, str]]:
+    """The sequential part of the engine for runs on the columnar fast path, without polars
+    (so it can run in a forked worker): ``(events, per_run, reasons)`` as Arrow tables that
+    :func:`finish_columnar` completes. Every run must have its rows in ``columns``.
+
+    Equal to what :func:`_compute` prepares for the same runs: the fast path guarantees what
+    the polars steps there check (every ``created_at`` set, envelope strings printable ASCII,
+    string run ids), so the same facts come from plain Python here.
+    """
+    evs, lengths, a_line, a_seq, a_type, a_ts = _arrow_inputs(runs, columns)
+    starts = [0]
+    for ln in lengths:
+        starts.append(starts[-1] + ln)
+    t_list = a_ts.cast(pa.int64()).to_pylist()
+    types = [e.event_type for e in evs]
+    reasons: dict[int, str] = {}
+    envelope_ok: set[int] = set()
+    last_prev: list[int | None] = [None] * len(evs)
+    for k, run in enumerate(runs):
+        lo, hi = starts[k], starts[k + 1]
+        envs = run.fast.envelopes
+        if len({e.sequence for e in envs}) != len(envs):
+            reasons[k] = "duplicate_sequence"
+        elif len({e.run_id for e in envs}) == 1:
+            envelope_ok.add(k)
+        last = None
+        for i in range(lo, hi):
+            last_prev[i] = last
+            ti = t_list[i]
+            last = ti if last is None or ti > last else last
+    by_type: dict[str, list[int]] = {name: [] for name in _BY_TYPE}
+    guard_idx: list[int] = []
+    appr_idx: list[int] = []
+    for i, et in enumerate(types):
+        if et in by_type:
+            by_type[et].append(i)
+        if et in _GUARD_TYPES:
+            guard_idx.append(i)
+        if et in _APPROVAL_TYPES:
+            appr_idx.append(i)
+    setters = _setters(evs, starts, by_type, guard_idx, appr_idx, t_list, last_prev, reasons)
+    per = _per_run(runs, starts, evs, reasons, envelope_ok, charge, columns)
+    run_ord = pa.array([k for k, c in enumerate(lengths) for _ in range(c)], pa.int64())
+    events = pa.table({"_r": run_ord, "line_no": a_line, "sequence": a_seq,
+                       "event_type": a_type, "created_at": a_ts,
+                       **{name: pa.array(setters[name], at)
+                          for name, (_, at) in _SETTERS.items()}})
+    per_run = pa.table({"_r": pa.array(range(len(runs)), pa.int64()),
+                        **{name: pa.array(per[name], at) for name, (_, at) in _PER_RUN.items()}})
+    return events, per_run, reasons
+
+
+def finish_columnar(events: Any, per_run: Any,
+                    reasons: dict[int, str]) -> tuple[pl.DataFrame, dict[int, str]]:
+    """The window expressions over what :func:`prepare_columnar` prepared (in this process)."""
+    ev = pl.from_arrow(events)
+    assert isinstance(ev, pl.DataFrame)
+    ev = ev.with_columns(*[pl.col(name).cast(dt) for name, (dt, _) in _SETTERS.items()],
+                         pl.col("event_type").cast(pl.Utf8))
+    pr = pl.from_arrow(per_run)
+    assert isinstance(pr, pl.DataFrame)
+    pr = pr.with_columns(*[pl.col(name).cast(dt) for name, (dt, _) in _PER_RUN.items()])
+    return _finish(ev, pr, reasons)
+
+
+def _arrow_inputs(runs: list[RunData], columns: Mapping[int, Any]) -> tuple[
+        list[Any], list[int], pa.Array, pa.Array, pa.Array, pa.Array]:
+    """:func:`_inputs` for runs on the columnar fast path, without polars."""
+    evs: list[Any] = []
+    lengths: list[int] = []
+    parts: list[Any] = []
+    for k, run in enumerate(runs):
+        tab = columns[k]
+        fast = run.fast
+        evs.extend([_Ev(e.event_type, e.sequence, o)
+                    for e, o in zip(fast.envelopes, fast.objects, strict=True)])
+        lengths.append(tab.num_rows)
+        parts.append(tab.select(["line_no", "sequence", "event_type", "created_at"]))
+    if parts:
+        tab = pa.concat_tables(parts).combine_chunks()
+        cols = [tab[c].combine_chunks() if tab.num_rows else pa.array([], tab[c].type)
+                for c in ("line_no", "sequence", "event_type", "created_at")]
+    else:
+        cols = [pa.array([], pa.int64()), pa.array([], pa.int64()),
+                pa.array([], pa.large_string()), pa.array([], _TS_US)]
+    return (evs, lengths, cols[0].cast(pa.int64()), cols[1].cast(pa.int64()),
+            cols[2].cast(pa.large_string()), cols[3].cast(_TS_US))
+
+
+def _finish(events: pl.DataFrame, per_run: pl.DataFrame,
+            reasons: dict[int, str]) -> tuple[pl.DataFrame, dict[int, str]]:
+    """The window expressions: the state columns of the runs not in ``reasons``."""
+    et = pl.col("event_type")
+    t = pl.col("created_at").cast(pl.Int64)
+    cont = et == "session.continued"
+    resumed = et == "session.resumed"
+    created = et.is_in(["run.created", "run.forked"]) & t.is_not_null()
+    df = events.with_columns(
+        t.alias("_t"),
+        t.cum_max().forward_fill().over("_r").alias("_last"),
+        created.cum_sum().over("_r").alias("_sseg"),
+        (created | cont).cum_sum().over("_r").alias("_tseg"),
+        cont.cum_sum().over("_r").alias("continuation_index"),
+        resumed.cum_sum().over("_r").alias("resume_count"),
+        (resumed | cont).cum_sum().over("_r").alias("_rs"),
+        (et == "approval.requested").alias("_a_set"),
+    ).with_columns(pl.col("_last").shift(1).over("_r").alias("_last_prev"))
+    if reasons:
+        df = df.filter(~pl.col("_r").is_in(list(reasons)))
+    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"))
     df = df.join(per_run, on="_r", how="left", maintain_order="left")
     # A materialised column (a literal or pl.repeat would be folded into "* 1e-6" again).
     df = df.with_columns(pl.Series("_1e6", [float(_US)], dtype=pl.Float64)

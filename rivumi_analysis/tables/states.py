@@ -166,6 +166,12 @@ def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
     locations = _locations(source, max_depth, engine)
+    if locations is not None and len(locations) >= STATES_POOL_MIN_RUNS:
+        done = _states_in_pool(locations, charge_approval_waits, engine)
+        if done is not None:
+            pieces, quarantined = done
+            check_strict(quarantined, strict)
+            return _validate(pl.concat(pieces) if len(pieces) > 1 else pieces[0])
     runs = (stream_runs(source, max_depth=max_depth) if locations is None
             else _read(locations))
     pieces, quarantined = _states_batches(runs, charge_approval_waits, engine)
@@ -234,6 +240,98 @@ def _with_columns(runs: list[RunData]) -> tuple[list[RunData], dict[int, Any]]:
         else:  # a batch check failed: the exact per-line reading
             out[k] = exact_run(runs[k])
     return out, rows
+
+
+STATES_POOL_MIN_RUNS = 64
+"""From this many runs on, a path source is read and prepared in worker processes."""
+
+
+def _states_in_pool(locations: list[Any], charge_approval_waits: bool | None,
+                    engine: str) -> tuple[list[pl.DataFrame], list[RunData]] | None:
+    """State rows of a large fleet: workers read chunks of runs and run the sequential part
+    of the vectorised engine (:func:`rivumi_analysis.replay.vectorised.prepare_columnar`, no
+    polars: a forked child cannot use the parent's polars thread pool); this process runs the
+    window expressions. ``None`` when no pool can be made here (the caller reads in process).
+    """
+    import functools
+
+    from ..read.cache import _pool_context, default_jobs
+
+    n_jobs = min(default_jobs(), max(1, len(locations) // 16))
+    if n_jobs <= 1:
+        return None
+    size = max(8, min(STATES_BATCH_RUNS, len(locations) // (n_jobs * 4)))
+    chunks = [locations[i:i + size] for i in range(0, len(locations), size)]
+    work = functools.partial(_prepare_chunk, charge_approval_waits=charge_approval_waits)
+    pieces: list[pl.DataFrame] = []
+    quarantined: list[RunData] = []
+    try:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=n_jobs, mp_context=_pool_context()) as ex:
+            for prepared in ex.map(work, chunks):
+                quarantined.extend(prepared[-1])
+                pieces.append(_finish_chunk(prepared, charge_approval_waits, engine))
+    except (ImportError, OSError):
+        return None  # a sandbox, or privileges dropped after import: read in this process
+    return pieces, quarantined
+
+
+def _prepare_chunk(locations: list[Any], charge_approval_waits: bool | None) -> tuple[Any, ...]:
+    """A worker's part (no polars): read some runs for columns and prepare those on the
+    columnar fast path; the others (and the fast ones the engine cannot express) go back as
+    complete snapshots for this process to reduce."""
+    from ..replay.vectorised import prepare_columnar
+
+    with gc_paused():
+        runs = list(_read(locations))
+        quarantined = [run for run in runs if run.quarantined]
+        native = [run for run in runs if run.kind != "external"]
+        native, rows = _with_columns(native)
+        fast = sorted(rows)
+        events, per_run, reasons = prepare_columnar(
+            [native[k] for k in fast], charge_approval_waits,
+            {j: rows[k] for j, k in enumerate(fast)})
+        others = {k: _lean(exact_run(native[k])) for k in range(len(native)) if k not in rows}
+        others.update({fast[j]: _lean(exact_run(native[fast[j]])) for j in reasons})
+        return len(native), fast, events, per_run, reasons, others, quarantined
+
+
+def _lean(run: RunData) -> RunData:
+    """``run`` without the file bytes the reduction never reads (less to send back)."""
+    import dataclasses
+
+    from ..read.io import FileRead
+
+    return dataclasses.replace(run, files={
+        name: FileRead(fr.status, None, fr.size, fr.identity, fr.error)
+        for name, fr in run.files.items()})
+
+
+def _finish_chunk(prepared: tuple[Any, ...], charge_approval_waits: bool | None,
+                  engine: str) -> pl.DataFrame:
+    """The state rows of a prepared chunk, in run order (equal to :func:`_states_of`)."""
+    from ..replay.vectorised import NotVectorizable, finish_columnar, vector_states
+
+    n, fast, events, per_run, reasons, others, _ = prepared
+    df, _ = finish_columnar(events, per_run, reasons)
+    parts = [df.with_columns(pl.Series("_r", fast, dtype=pl.Int64).gather(df["_r"]))]
+    rest = sorted(k for k in others if k not in {fast[j] for j in reasons})
+    fallbacks = {fast[j]: why for j, why in reasons.items()}
+    if rest:
+        df2, fb2 = vector_states([others[k] for k in rest],
+                                 charge_approval_waits=charge_approval_waits)
+        parts.append(df2.with_columns(pl.Series("_r", rest, dtype=pl.Int64).gather(df2["_r"])))
+        fallbacks.update({rest[j]: why for j, why in fb2.items()})
+    if fallbacks and engine == "vectorized":
+        k, why = next(iter(sorted(fallbacks.items())))
+        raise NotVectorizable(f"{others[k].run_dir}: {why} (use engine='auto')")
+    parts += [
+        states_frame([replay_run(others[k], charge_approval_waits=charge_approval_waits)],
+                     validate=False).select(pl.lit(k, dtype=pl.Int64).alias("_r"), pl.all())
+        for k in sorted(fallbacks)]
+    assert n >= len(fast)
+    return pl.concat(parts).sort("_r", maintain_order=True).drop("_r")
 
 
 def _states_of(native: list[RunData], charge_approval_waits: bool | None,
