@@ -118,7 +118,7 @@ def map_chunks(work: Callable[[list[Any]], Any], locations: list[Any],
     n_jobs = min(n_jobs, max(1, len(locations) // 8))
     if n_jobs <= 1 or len(locations) < PARALLEL_MIN_RUNS:
         return [work(locations)]
-    size = max(8, min(256, len(locations) // (n_jobs * 4)))
+    size = max(8, min(64, len(locations) // (n_jobs * 4)))
     chunks = [locations[i:i + size] for i in range(0, len(locations), size)]
     try:
         from concurrent.futures import ProcessPoolExecutor
