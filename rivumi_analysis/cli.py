@@ -149,7 +149,8 @@ def _build_parser() -> argparse.ArgumentParser:
     e.add_argument("--engine", choices=("process", "ray"), default="process",
                    help="process: this machine (default); ray: one Ray task per chunk of "
                         "runs on the cluster in $RAY_ADDRESS or a local one (extra "
-                        "rivumi-analysis[ray]); --out must be a folder every node sees")
+                        "rivumi-analysis[ray]); --out must be a folder every node sees, or "
+                        "an s3:// or gs:// prefix")
     e.add_argument("--runs-per-task", type=int, default=256, metavar="N",
                    help="runs per Ray task (--engine ray; default 256)")
     e.set_defaults(handler=cmd_export)
@@ -472,9 +473,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     paths, err = _resolve_paths(args.paths)
     if not err and args.runs_per_task < 1:
         err = "--runs-per-task must be at least 1"
+    to_uri = "://" in args.out
     if not err:
         try:
-            check_out(args.out)
+            if to_uri:  # an object-store prefix: the parts are uploaded by the tasks
+                from .distributed._dest import check_out as check_uri_out
+
+                check_uri_out(args.out)
+            else:
+                check_out(args.out)
         except ExportError as exc:
             err = str(exc)
     if not err and args.engine == "ray":
@@ -489,7 +496,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     summary = None
-    progress = _Progress("export") if args.engine == "process" else None
+    progress = _Progress("export") if args.engine == "process" and not to_uri else None
     bar = None
     try:
         if progress is not None:
@@ -520,12 +527,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"rivumi-analysis: {summary.text()}", file=sys.stderr)
         if summary.failures:
             print(f"rivumi-analysis export: error: {len(summary.failures)} chunk(s) failed; "
-                  f"{os.path.abspath(args.out)} is incomplete (no _dataset.json)",
+                  f"{args.out if to_uri else os.path.abspath(args.out)} is incomplete "
+                  "(no _dataset.json)",
                   file=sys.stderr)
             return EXIT_INTERNAL
     rows = ", ".join(f"{t} {v['rows']}" for t, v in manifest["tables"].items())
-    print(f"rivumi-analysis: wrote {os.path.abspath(args.out)} (schema version "
-          f"{SCHEMA_VERSION}): {rows}")
+    print(f"rivumi-analysis: wrote {args.out if to_uri else os.path.abspath(args.out)} "
+          f"(schema version {SCHEMA_VERSION}): {rows}")
     return EXIT_OK
 
 

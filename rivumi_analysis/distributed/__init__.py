@@ -248,7 +248,8 @@ def export(source: Source | None, out: str | os.PathLike[str], *, engine: str = 
     ``polars.scan_parquet(f"{out}/<table>/**/*.parquet", hive_partitioning=True)`` reads
     either. Fork links whose source is in another chunk are resolved fleet-wide by the
     driver before ``_dataset.json`` is written. ``out`` must be a folder every node sees
-    (a shared file system).
+    (a shared file system) or an object-store prefix (``s3://bucket/prefix``: each task
+    uploads its parts; the process engine then runs the same tasks in this process).
 
     Args:
         source: run directories or folders of runs (ignored with ``runs_from``).
@@ -275,15 +276,20 @@ def export(source: Source | None, out: str | os.PathLike[str], *, engine: str = 
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
-    out = os.path.abspath(os.fspath(out))
-    if engine == "process" and runs_from is None:
+    from ..read.uri import is_uri
+
+    out = os.fspath(out)
+    to_uri = is_uri(out)
+    if not to_uri:
+        out = os.path.abspath(out)
+    if engine == "process" and runs_from is None and not to_uri:
         from ..export import export as local_export
 
         return ExportResult(out, local_export(source, out, redact_output=redact_output,
                                               max_depth=max_depth))
     from ..errors import SourceError
-    from ..export import _prepare_out, check_out
     from ..read.discovery import normalize_sources
+    from ._dest import check_out, prepare_out
 
     check_out(out)
     found = _find(source, max_depth, runs_from)
@@ -292,7 +298,7 @@ def export(source: Source | None, out: str | os.PathLike[str], *, engine: str = 
                           hint="a run directory holds events.jsonl, session.json or "
                                "result.json; check the PATH and --max-depth")
     tops = normalize_sources(source)[0] if runs_from is None else []
-    _prepare_out(out)
+    prepare_out(out)
     return _chunked_export(found.runs, out, tops, runs_per_task=runs_per_task,
                            redact_output=redact_output, on_chunk=on_chunk,
                            ray_remote_args=ray_remote_args, ray_init=ray_init,
@@ -307,7 +313,7 @@ def _chunked_export(locations: list[RunLocation], out: str, tops: list[str], *,
     from . import _export, _ray
 
     chunks = make_chunks(locations, runs_per_task)
-    kwargs: dict[str, Any] = {**_task_kwargs(chunks), "out": out,
+    kwargs: dict[str, Any] = {**_task_kwargs(chunks, out), "out": out,
                               "redact_tops": tops if redact_output else None}
     startup = 0.0
     if engine == "process":  # --runs-from without Ray: the same tasks, in this process
@@ -388,12 +394,17 @@ class ChunkBar:
         self._bar.close()
 
 
-def _task_kwargs(chunks: list[Chunk]) -> dict[str, Any]:
+def _task_kwargs(chunks: list[Chunk], *more: str) -> dict[str, Any]:
     """What every task needs from the driver: the test hook and object-storage filesystems."""
+    return _task_kwargs_for([*(d for c in chunks for d in c.run_dirs), *more])
+
+
+def _task_kwargs_for(paths: list[str]) -> dict[str, Any]:
+    """The test hook, and the registered filesystems when some path is a URI."""
     from ._tasks import fault_from_env
 
     kwargs: dict[str, Any] = {"fault": fault_from_env()}
-    if any("://" in d for c in chunks for d in c.run_dirs):
+    if any("://" in d for d in paths):
         from ..read.uri import registered_filesystems
 
         kwargs["filesystems"] = registered_filesystems()

@@ -5,7 +5,9 @@ the function the process engine's ``export`` uses (``export.build_tables``: the 
 ``build_frames`` plus ``messages``), prepares each table exactly as ``export`` does (portable
 types, ``kind``, ``--redact``) and writes it with the one writer, ``store.build.write_parts``:
 ``OUT/<table>/kind=<kind>/part-<chunk key>.parquet`` (``export`` writes the same layout with
-one key, ``0``). Names are deterministic, so a retried task overwrites its own files.
+one key, ``0``). Names are deterministic, so a retried task overwrites its own files. The
+output may be an object-store prefix (``s3://...``): parts are then staged locally and
+uploaded under the same names (see ``_dest``).
 
 The driver receives only small per-table manifests (files, rows, column types, the empty
 schema) plus each chunk's fork links, then:
@@ -50,6 +52,7 @@ def export_chunk_task(batch: pa.Table, out: str, fault: str | None = None,
 
     from ..export import _kinds_of, build_tables, redact
     from ..store.build import portable, read_runs, with_kind, write_parts
+    from ._dest import staging, upload
     from ._tasks import chunk_of, maybe_fault, run_bytes, use_filesystems
 
     t0 = time.perf_counter()
@@ -67,7 +70,9 @@ def export_chunk_task(batch: pa.Table, out: str, fault: str | None = None,
         df = with_kind(portable(df), kinds)
         if redact_tops is not None:
             df = redact(name, df, redact_tops)
-        files = write_parts({name: df}, out, chunk.key)["files"]
+        with staging(out) as staged:
+            files = write_parts({name: df}, staged, chunk.key)["files"]
+            upload(staged, out, [f["path"] for f in files])
         columns = {k: str(v) for k, v in df.schema.items() if k != "kind"}
         rows.append({"key": chunk.key, "table": name,
                      "payload": json.dumps({"files": files, "columns": columns}),
@@ -124,6 +129,7 @@ def resolve_fork_links(out: str, got: Collected, order: list[str],
     import polars as pl
 
     from ..store.build import write_parts
+    from ._dest import read_parquet, staging, upload
 
     if not got.links:
         return
@@ -137,11 +143,10 @@ def resolve_fork_links(out: str, got: Collected, order: list[str],
                if x["source_run_id"] in by_name}
     events = None
     if sources:
-        paths = [os.path.join(out, f["path"]) for fs in got.files.values() for f in fs
-                 if f["table"] == "events"]
-        events = (pl.scan_parquet(paths).select("run_dir", "sequence", "event_type")
-                  .filter(pl.col("run_dir").is_in(sorted(rel(s) for s in sources)))
-                  .collect()) if paths else None
+        paths = [f["path"] for fs in got.files.values() for f in fs if f["table"] == "events"]
+        events = read_parquet(out, paths, ["run_dir", "sequence", "event_type"])
+        if events is not None:
+            events = events.filter(pl.col("run_dir").is_in(sorted(rel(s) for s in sources)))
     for link in got.links:
         src = by_name.get(link["source_run_id"]) if link["source_run_id"] else None
         n = link["fork_point_sequence"]
@@ -164,15 +169,17 @@ def resolve_fork_links(out: str, got: Collected, order: list[str],
         for i, f in enumerate(files):
             if f["table"] != "forks":
                 continue
-            path = os.path.join(out, f["path"])
-            df = pl.read_parquet(path)
+            df = read_parquet(out, [f["path"]])
             if "row_kind" not in df.columns:
                 continue
             new = _apply_links(df, want)
             if new.equals(df):
                 continue
-            written = write_parts({"forks": new.with_columns(pl.lit(f["kind"]).alias("kind"))},
-                                  out, key)["files"]
+            with staging(out) as staged:
+                written = write_parts(
+                    {"forks": new.with_columns(pl.lit(f["kind"]).alias("kind"))}, staged,
+                    key)["files"]
+                upload(staged, out, [w["path"] for w in written])
             [entry] = written
             files[i] = {**entry, "key": key}
 
@@ -201,6 +208,7 @@ def finish(out: str, got: Collected, chunks: list[Chunk], *, redacted: bool, eng
     from .._version import __version__
     from ..export import MARKER, TABLES
     from ..store.build import SCHEMA_VERSION, write_parts
+    from ._dest import put_text, staging, upload
 
     files = [f for fs in got.files.values() for f in fs]
     tables: dict[str, Any] = {}
@@ -212,24 +220,19 @@ def finish(out: str, got: Collected, chunks: list[Chunk], *, redacted: bool, eng
         if not counts and complete and t in got.schemas:
             schema = pa.ipc.read_schema(pa.py_buffer(got.schemas[t]))
             empty = pl.from_arrow(schema.empty_table())
-            written = write_parts({t: empty}, out, "0", keep_empty=True)["files"]
+            with staging(out) as staged:
+                written = write_parts({t: empty}, staged, "0", keep_empty=True)["files"]
+                upload(staged, out, [w["path"] for w in written])
             counts = {f["kind"]: 0 for f in written}
             files += [{**f, "key": "0"} for f in written]
         tables[t] = {"rows": sum(counts.values()), "partitions": counts,
                      "columns": got.columns.get(t, {})}
-    tmp = os.path.join(out, f".{PARTS}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump({"chunks": [{"key": c.key, "runs": list(c.run_dirs)} for c in chunks],
-                   "files": sorted(files, key=lambda f: f["path"])}, fh, indent=1)
-        fh.write("\n")
-    os.replace(tmp, os.path.join(out, PARTS))
+    put_text(out, PARTS, json.dumps(
+        {"chunks": [{"key": c.key, "runs": list(c.run_dirs)} for c in chunks],
+         "files": sorted(files, key=lambda f: f["path"])}, indent=1) + "\n")
     manifest = {"schema_version": SCHEMA_VERSION, "toolkit_version": __version__,
                 "redacted": redacted, "partitioning": ["table", "kind"], "tables": tables,
                 "engine": engine, "parts": len({f["key"] for f in files})}
     if complete:
-        tmp = os.path.join(out, f".{MARKER}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(manifest, fh, indent=1)
-            fh.write("\n")
-        os.replace(tmp, os.path.join(out, MARKER))
+        put_text(out, MARKER, json.dumps(manifest, indent=1) + "\n")
     return manifest

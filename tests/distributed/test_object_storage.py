@@ -235,3 +235,36 @@ def test_s3_export_on_ray_equals_local_export(s3: Any, ray_local: Any, local_fle
     res = export(PREFIX, tmp_path / "ds", engine="ray", runs_per_task=8)
     assert res.complete and res.summary is not None and res.summary.bytes > 0
     assert_export_equals_local(tmp_path / "ds", local_export, local_fleet)
+
+
+def download(fs: Any, uri: str, dest: Path) -> Path:
+    """Copy an exported prefix to a local folder (to read it like a local export)."""
+    from pyarrow import fs as pafs
+
+    pafs.copy_files(uri.split("://", 1)[1], str(dest), source_filesystem=fs,
+                    destination_filesystem=pafs.LocalFileSystem())
+    return dest
+
+
+@pytest.mark.parametrize("engine", ["process", pytest.param("ray", marks=pytest.mark.ray)])
+def test_export_from_s3_to_an_s3_prefix_equals_local_export(
+        s3: Any, local_fleet: Path, local_export: Path, tmp_path: Path, engine: str,
+        request: pytest.FixtureRequest) -> None:
+    from rivumi_analysis.distributed import export
+    from rivumi_analysis.export import ExportError
+
+    if engine == "ray":
+        request.getfixturevalue("ray_local")
+    out = f"s3://{BUCKET}/exports/{engine}"
+    res = export(PREFIX, out, engine=engine, runs_per_task=8)
+    assert res.complete and res.summary is not None and res.summary.chunks_done > 1
+    assert_export_equals_local(download(s3, out, tmp_path / "ds"), local_export, local_fleet)
+    # a second export replaces the first (its marker says it is an export) ...
+    export(PREFIX, out, engine=engine, runs_per_task=64)
+    assert_export_equals_local(download(s3, out, tmp_path / "ds2"), local_export, local_fleet)
+    parts = json.loads((tmp_path / "ds2" / "_parts.json").read_text())
+    assert sorted(f["path"] for f in parts["files"]) == sorted(
+        str(p.relative_to(tmp_path / "ds2")) for p in (tmp_path / "ds2").rglob("*.parquet"))
+    # ... but a prefix holding something else is refused before anything is read
+    with pytest.raises(ExportError, match="not empty and holds no previous export"):
+        export(PREFIX, PREFIX, engine=engine)
