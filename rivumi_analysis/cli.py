@@ -168,6 +168,11 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="rewrite parts holding superseded rows, so the files hold exactly the "
                          "live rows (before reading them with DuckDB or Spark)")
     st.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
+    st.add_argument("--engine", choices=("process", "ray"), default="process",
+                    help="process: local worker processes (default); ray: the runs to re-read "
+                         "are read in Ray tasks on the cluster in $RAY_ADDRESS or a local one "
+                         "(extra rivumi-analysis[ray]); the store folder must be at the same "
+                         "path on every node")
     st.set_defaults(handler=cmd_store)
 
     w = sub.add_parser("watch", help="live view of running sessions: step, last event, "
@@ -561,12 +566,42 @@ def cmd_store(args: argparse.Namespace) -> int:
     if err:
         print(f"rivumi-analysis store: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    if args.engine == "ray":
+        try:
+            from .distributed import _ray
+
+            _ray.require_ray()
+        except ImportError as exc:
+            print(f"rivumi-analysis store: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    summary = None
     try:
-        opened = open_store(paths, store_dir=args.store, max_depth=args.max_depth,
-                            verify=args.verify, compact=args.compact)
+        if args.engine == "ray":
+            from .distributed import ChunkBar, ChunkFailedError
+            from .distributed import store as engine_store
+
+            bar = ChunkBar(file=sys.stderr, desc="store (ray)") if sys.stderr.isatty() \
+                else None
+            try:
+                res = engine_store(paths, engine="ray", store_dir=args.store,
+                                   max_depth=args.max_depth, verify=args.verify,
+                                   compact=args.compact, on_chunk=bar)
+            except ChunkFailedError as exc:
+                print(f"rivumi-analysis store: error: nothing was published, a chunk kept "
+                      f"failing:\n{exc}", file=sys.stderr)
+                return EXIT_INTERNAL
+            finally:
+                if bar is not None:
+                    bar.close()
+            opened, summary = res.opened, res.summary
+        else:
+            opened = open_store(paths, store_dir=args.store, max_depth=args.max_depth,
+                                verify=args.verify, compact=args.compact)
     except StoreError as exc:
         print(f"rivumi-analysis store: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if summary is not None:
+        print(f"rivumi-analysis: {summary.text()}", file=sys.stderr)
     s = opened.store.last_stats
     m = opened.manifest
     size = sum(f["bytes"] for p in m.parts.values() for f in p["files"])

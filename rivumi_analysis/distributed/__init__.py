@@ -24,8 +24,9 @@ from ..audit import AuditResult, error_record
 from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover
 from ._chunks import DEFAULT_RUNS_PER_TASK, Chunk, chunk_key, make_chunks
 
-__all__ = ["ENGINES", "Chunk", "ChunkBar", "ChunkFailure", "EngineSummary", "ExportResult",
-           "RayAuditResult", "audit", "audit_dataset", "chunk_key", "export", "make_chunks"]
+__all__ = ["ENGINES", "Chunk", "ChunkBar", "ChunkFailedError", "ChunkFailure", "EngineSummary",
+           "ExportResult", "RayAuditResult", "StoreResult", "audit", "audit_dataset",
+           "chunk_key", "export", "make_chunks", "store"]
 
 ENGINES = ("process", "ray")
 
@@ -80,7 +81,15 @@ class RayAuditResult(AuditResult):
 
 
 class ChunkFailedError(RuntimeError):
-    """A chunk's task kept failing on the cluster (its runs get ``internal_error`` records)."""
+    """A chunk's task kept failing on the cluster.
+
+    In the audit its runs get ``internal_error`` records; a store refresh raises it (and
+    publishes nothing) with every failed chunk and its runs in ``failures``.
+    """
+
+    def __init__(self, message: str, failures: tuple[ChunkFailure, ...] = ()) -> None:
+        super().__init__(message)
+        self.failures = failures
 
 
 def audit(source: Source | None = None, *, engine: str = "process",
@@ -362,6 +371,65 @@ def _chunked_export(locations: list[RunLocation], out: str, tops: list[str], *,
     summary = EngineSummary(engine, len(chunks), len(got.files), len(locations), got.bytes,
                             startup, time.perf_counter() - t0, failures, got.task_seconds)
     return ExportResult(out, manifest, summary)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreResult:
+    """What :func:`store` did: the opened store (``opened.store.directory``, the fresh
+    ``opened.manifest``) and, with Ray, the engine's summary of the runs it re-read."""
+
+    opened: Any
+    summary: EngineSummary | None = None
+
+
+def store(source: Source | None = None, *, engine: str = "process",
+          store_dir: str | os.PathLike[str] | None = None, max_depth: int = DEFAULT_MAX_DEPTH,
+          verify: bool = False, compact: bool = False, jobs: int | None = None,
+          on_chunk: Callable[[int, int, int, int], None] | None = None,
+          ray_remote_args: dict[str, Any] | None = None,
+          ray_init: dict[str, Any] | None = None) -> StoreResult:
+    """Build or refresh the Parquet store of ``source`` (see :mod:`rivumi_analysis.store`).
+
+    The store plans as always (stat the fleet, compare with its manifest, cut the runs to
+    re-read into chunks) and publishes the manifest last. ``engine="ray"`` runs its chunks in
+    Ray tasks, each calling the store's own ``run_chunk`` (one read per run, one part written
+    under the store folder, which must be at the same path on every node). ``jobs`` (default:
+    the cluster's CPUs with Ray) sets how many chunks the runs are cut into.
+
+    Raises:
+        ChunkFailedError: (Ray) a chunk kept failing; nothing was published (the previous
+            version stays readable); ``failures`` lists the chunks and their runs.
+        SourceError, StoreError: as :func:`rivumi_analysis.store.open_store`.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     len(store("tests/fixtures/example", store_dir=d).opened.manifest.runs)
+    1
+    """
+    from ..store import open_store
+
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    if engine == "process":
+        return StoreResult(open_store(source, store_dir=store_dir, max_depth=max_depth,
+                                      verify=verify, compact=compact, jobs=jobs))
+    from . import _ray
+    from ._store import RayExecutor
+
+    _started, startup = _ray.ensure_ray(ray_init)
+    if jobs is None:
+        import ray
+
+        jobs = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    executor = RayExecutor(ray_remote_args=ray_remote_args, on_chunk=on_chunk)
+    opened = open_store(source, store_dir=store_dir, max_depth=max_depth, verify=verify,
+                        compact=compact, jobs=jobs, executor=executor)
+    summary = executor.summary
+    if summary is not None:
+        import dataclasses
+
+        summary = dataclasses.replace(summary, startup_seconds=startup)
+    return StoreResult(opened, summary)
 
 
 class ChunkBar:

@@ -62,11 +62,18 @@ def chunk_dataset(chunks: list[Chunk], task: Callable[..., Any], *,
     retries are bounded; a block that still fails is dropped by Ray and then reported by
     the caller from the missing chunk key (never silently lost).
     """
+    return item_dataset([c.to_item() for c in chunks], task, fn_kwargs=fn_kwargs,
+                        ray_remote_args=ray_remote_args)
+
+
+def item_dataset(items: list[dict[str, Any]], task: Callable[..., Any], *,
+                 fn_kwargs: dict[str, Any] | None = None,
+                 ray_remote_args: dict[str, Any] | None = None) -> Any:
+    """``from_items(items).map_batches(task, ...)``: one block and one task per item."""
     ray = require_ray()
     remote = {"max_retries": DEFAULT_MAX_RETRIES}
     remote.update(ray_remote_args or {})
-    ds = ray.data.from_items([c.to_item() for c in chunks],
-                             override_num_blocks=max(1, len(chunks)))
+    ds = ray.data.from_items(items, override_num_blocks=max(1, len(items)))
     with warnings.catch_warnings():
         # max_retries has no named parameter yet; the **ray_remote_args form warns in 2.60
         warnings.filterwarnings("ignore", message=".*ray_remote_args.* is deprecated")

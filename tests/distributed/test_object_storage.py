@@ -268,3 +268,27 @@ def test_export_from_s3_to_an_s3_prefix_equals_local_export(
     # ... but a prefix holding something else is refused before anything is read
     with pytest.raises(ExportError, match="not empty and holds no previous export"):
         export(PREFIX, PREFIX, engine=engine)
+
+
+@pytest.mark.parametrize("engine", ["process", pytest.param("ray", marks=pytest.mark.ray)])
+def test_store_from_s3_equals_local_store(s3: Any, local_fleet: Path, tmp_path: Path,
+                                          engine: str, request: pytest.FixtureRequest) -> None:
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    from rivumi_analysis.distributed import store
+    from rivumi_analysis.store import TABLES
+    from rivumi_analysis.store.read import ordered, read_parts
+
+    if engine == "ray":
+        request.getfixturevalue("ray_local")
+    local = store(local_fleet, store_dir=tmp_path / "local", engine="process", jobs=1)
+    remote = store(PREFIX, store_dir=tmp_path / "s3", engine=engine, jobs=2)
+    for t in TABLES:
+        a = ordered(read_parts(local.opened.store, local.opened.manifest, t), t,
+                    local.opened.manifest)
+        b = ordered(read_parts(remote.opened.store, remote.opened.manifest, t), t,
+                    remote.opened.manifest)
+        a = a.with_columns(pl.col(pl.String).str.replace_all(str(local_fleet), PREFIX,
+                                                             literal=True))
+        assert_frame_equal(b, a)
