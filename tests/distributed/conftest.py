@@ -109,16 +109,29 @@ def two_node_cluster(*, worker_cpus: int = 2) -> Iterator[dict[str, str]]:
               "--disable-usage-stats"]
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        procs.append(_start(["--head", "--port", "0", "--num-cpus", "1",
-                             "--include-dashboard", "false", "--temp-dir", tmp, *common],
-                            Path(tmp) / "head.log", env))
+        # Ray gives a new node's raylet a hard-coded 30 s to register with the GCS (node.py,
+        # not configurable): on a busy machine the head can miss it and `ray start` exits;
+        # a second attempt starts a new head
         addr_file = Path(tmp) / "ray_current_cluster"
-        deadline = time.monotonic() + 90
-        while not addr_file.exists() or not addr_file.read_text().strip():
-            if procs[0].poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("head node did not start: "
-                                   + (Path(tmp) / "head.log").read_text(errors="replace"))
-            time.sleep(0.2)
+        for attempt in (1, 2, 3):
+            hlog = Path(tmp) / f"head-{attempt}.log"
+            head = _start(["--head", "--port", "0", "--num-cpus", "1",
+                           "--include-dashboard", "false", "--temp-dir", tmp, *common],
+                          hlog, env)
+            procs.append(head)
+            deadline = time.monotonic() + 120
+            while not addr_file.exists() or not addr_file.read_text().strip():
+                if head.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            else:
+                break
+            _stop(head)
+            procs.remove(head)
+            with contextlib.suppress(FileNotFoundError):
+                addr_file.unlink()
+            if attempt == 3:
+                raise RuntimeError("head node did not start: " + hlog.read_text(errors="replace"))
         address = addr_file.read_text().strip()
         assert address.startswith(LOOPBACK + ":"), address
         # Ray gives a new node's raylet 30 s to register: on a busy machine that can fail,
