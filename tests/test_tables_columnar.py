@@ -82,7 +82,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_generated_corpus_in_a_pool_and_in_process(corpus: str, engine: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(_columnar.ENGINE_ENV, engine)
-    _check_all(corpus, jobs=(None, 1))
+    _check_all(corpus, jobs=(2, 1))
     assert_frame_equal(states_df(corpus), states_df(corpus, engine="reference"))
 
 
@@ -98,7 +98,8 @@ def test_strict_raises_for_a_quarantined_line_in_a_pool(corpus: str, tmp_path: P
     m = _module("tool_calls")
     assert m.tool_calls_df(str(copy)).height  # not strict: loads, the line quarantined
     with pytest.raises(QuarantineError) as err:
-        m.tool_calls_df(str(copy), strict=True)
+        _common.load_columnar(str(copy), strict=True, max_depth=8, rows=m.tool_calls_rows,
+                              model=m._model(), wants=m.WANTS, jobs=2)
     assert str(log) in err.value.quarantine["file"].to_list()
 
 

