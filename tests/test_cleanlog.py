@@ -12,6 +12,7 @@ with drifting ids, odd tails and manifests that are behind, level or ahead.
 
 from __future__ import annotations
 
+import atexit
 import json
 import re
 import shutil
@@ -73,7 +74,8 @@ def test_clean_implies_the_object_builder_accepts() -> None:
 
 # --- the example, cut and mutated ---------------------------------------------------------------
 
-_TMP = Path(tempfile.mkdtemp(prefix="rivumi-cleanlog-"))
+_TMP = Path(tempfile.mkdtemp(prefix="rivumi-cleanlog-"))  # hypothesis reuses it across examples
+atexit.register(shutil.rmtree, _TMP, True)
 _RUN = _TMP / EXAMPLE_DIR.name
 
 
