@@ -11,7 +11,14 @@ from typing import Any
 from .errors import VERDICTS
 from .read.cache import Recorder
 from .read.cleanlog import CleanLog
-from .read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover, expand_path
+from .read.discovery import (
+    DEFAULT_MAX_DEPTH,
+    RunLocation,
+    Source,
+    check_sources,
+    discover,
+    expand_path,
+)
 from .read.snapshot import RunData, read_run
 from .resume import TERMINAL_RUN_EVENTS, decide
 
@@ -141,11 +148,22 @@ def audit_run(run_dir: str, *, is_subagent: bool = False,
               parent_run_dir: str | None = None) -> dict[str, Any]:
     """Audit one run directory and return its record. Never raises for bad content.
 
+    Raises:
+        SourceError: ``run_dir`` does not exist (``source_missing``) or is not a directory
+            (``source_not_directory``): a wrong path is a usage error, as on the command
+            line, not an "external run" with no files.
+
     >>> rec = audit_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e")
     >>> rec["verdict"], rec["quarantined_lines"], rec["events"]
     ('terminal', 0, 50)
     """
     run_dir = expand_path(run_dir)  # ``~`` and ``$VARS``, as in every path argument
+    check_sources([run_dir])
+    return _audit_one(run_dir, is_subagent, parent_run_dir)
+
+
+def _audit_one(run_dir: str, is_subagent: bool, parent_run_dir: str | None) -> dict[str, Any]:
+    # a run found by discovery that vanished since is an error record, not an exception
     loc = RunLocation(run_dir, is_subagent, parent_run_dir)
     try:
         return record_from_run(read_run(run_dir, is_subagent=is_subagent,
@@ -172,8 +190,7 @@ def iter_records(locations: list[RunLocation],
                  progress: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
     """Audit runs one at a time (memory bounded by the largest run)."""
     for loc in locations:
-        yield audit_run(loc.run_dir, is_subagent=loc.is_subagent,
-                        parent_run_dir=loc.parent_run_dir)
+        yield _audit_one(loc.run_dir, loc.is_subagent, loc.parent_run_dir)
         if progress is not None:
             progress(1)
 

@@ -465,3 +465,23 @@ def test_atomic_leftover_and_writer_token(make_run) -> None:
     rec = audit(str(path))
     assert {"atomic_write_leftover", "writer_token_mismatch"} <= set(rec["warnings"])
     assert not (stat.S_IMODE(os.stat(path).st_mode) & 0)  # directory untouched (see readonly)
+
+
+def test_audit_run_of_a_wrong_path_is_a_usage_error(tmp_path: Path) -> None:
+    """A path that is not there (or is a file) raises SourceError with the CLI's codes, instead
+    of a record that calls it an external run; a run that vanished during a fleet audit is an
+    error record, not an exception."""
+    from rivumi_analysis.audit import iter_records
+    from rivumi_analysis.errors import SourceError
+    from rivumi_analysis.read.discovery import RunLocation
+
+    with pytest.raises(SourceError) as missing:
+        audit_run(str(tmp_path / "no-such-run"))
+    assert missing.value.code == "source_missing"
+    assert "no-such-run" in str(missing.value) and "hint" in str(missing.value)
+    (tmp_path / "events.jsonl").write_text("")
+    with pytest.raises(SourceError) as a_file:
+        audit_run(str(tmp_path / "events.jsonl"))
+    assert a_file.value.code == "source_not_directory"
+    [rec] = iter_records([RunLocation(str(tmp_path / "vanished"), False, None)])
+    assert rec["run_dir"] == str(tmp_path / "vanished")  # a record, not an exception

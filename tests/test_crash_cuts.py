@@ -12,12 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from rivumi_analysis.audit import audit_run
 from rivumi_analysis.synth.crash import CutSpec, cut_run, describe_run_files
-
-try:
-    from rivumi_analysis.audit import audit_run
-except ImportError:  # the auditor lands separately; the file-level checks still run
-    audit_run = None
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -78,8 +74,6 @@ def test_cut_verdict(tmp_path: Path, scenario: str, seed: int, cut: str, verdict
         assert any(n.startswith(".session.json.") for n in os.listdir(res.run_dir))
     if spec.point == "torn":
         assert not Path(res.run_dir, "events.jsonl").read_bytes().endswith(b"\n")
-    if audit_run is None:
-        pytest.skip("rivumi_analysis.audit not available yet")
     rec = audit_run(res.run_dir)
     detail = f"{rec}\n{describe_run_files(res.run_dir)}"
     assert rec["verdict"] == verdict, detail
