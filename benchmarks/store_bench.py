@@ -124,6 +124,15 @@ def main() -> int:
 
     q, qdf = timed(query, args.reps)
     say(f"scan_events filter query ({qdf.height} rows) {fmt(q)}  ({load()})")
+
+    def query_stale() -> Any:
+        return (ra.scan_events(src, store_dir=store, refresh=False)
+                .filter(pl.col("event_type") == "tool.completed")
+                .select("run_dir", "sequence", "created_at").collect())
+
+    q2, q2df = timed(query_stale, args.reps)
+    assert q2df.equals(qdf)
+    say(f"the same query, refresh=False (no stat pass) {fmt(q2)}  ({load()})")
     floor: list[float] = []
     nochange: list[float] = []
     for _ in range(args.reps):  # interleaved: both see the same load

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -49,8 +51,8 @@ def append_event(run: Path, marker: str = "appended", *, newline: bool = True) -
     import json
     import uuid
 
-    lines = [ln for ln in (run / "events.jsonl").read_bytes().split(b"\n") if ln.strip()]
-    last = json.loads(lines[-1])
+    lines = [ln for ln in (run / "events.jsonl").read_bytes().split(b"\n")[:-1] if ln.strip()]
+    last = json.loads(lines[-1])  # the last complete line
     ev = {**last, "sequence": last["sequence"] + 1, "event_id": uuid.uuid4().hex,
           "event_type": "note.added", "data": {"marker": marker}}
     line = json.dumps(ev, separators=(",", ":")).encode() + (b"\n" if newline else b"")
@@ -402,3 +404,153 @@ def test_fingerprint_stats_every_file_the_reader_opens(fleet: Path, tmp_path: Pa
     opened_store = open_store(str(fleet), store_dir=store)
     assert opened_store.store.last_stats.reread == 0
     assert_warm_equals_cold(fleet, store)
+
+
+# --- a log that only grew: decoded from its first incomplete line ---------------------------
+
+@pytest.fixture
+def small_fleet(tmp_path: Path) -> Path:
+    src = tmp_path / "small"
+    for group in ("completed", "crashes"):
+        shutil.copytree(SAMPLES / group, src / group, symlinks=True)
+    _age(src)
+    return src
+
+
+def _refresh(src: Path, store: Path) -> object:
+    return open_store(str(src), store_dir=store).store.last_stats
+
+
+@contextlib.contextmanager
+def _live(src: Path, store: Path, run: Path) -> Iterator[None]:
+    """``run`` is being written (a process holds its writer lock): it is re-read on every
+    open and its decoded prefix is kept."""
+    lock = run / ".writer.lock"
+    lock.write_text("pid=1 token=abc\n")
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _refresh(src, store)
+        assert Store(store).manifest().runs[str(run)]["prefix"] is True
+        yield
+    finally:
+        os.close(fd)
+
+
+def test_grown_log_is_decoded_from_its_first_incomplete_line(small_fleet: Path,
+                                                             tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    a, b = _runs(small_fleet, "completed")[:2]
+    _refresh(small_fleet, store)
+    with _live(small_fleet, store, a):
+        append_event(a, "one")  # one event
+        s = _refresh(small_fleet, store)
+        assert (s.reread, s.incremental) == (1, 1)
+        assert_warm_equals_cold(small_fleet, store)
+        for i in range(150):  # many events at once
+            append_event(a, f"many-{i}")
+        assert _refresh(small_fleet, store).incremental == 1
+        assert_warm_equals_cold(small_fleet, store)
+    _refresh(small_fleet, store)  # the lock released: ``a`` read once more
+    # a settled run keeps no prefix: when it grows it is read whole, same tables
+    assert Store(store).manifest().runs[str(b)]["prefix"] is False
+    append_event(b, "settled")
+    assert _refresh(small_fleet, store).incremental == 0
+    assert_warm_equals_cold(small_fleet, store)
+
+
+def test_append_completing_a_torn_tail_and_one_that_stays_torn(small_fleet: Path,
+                                                               tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    a = _runs(small_fleet, "completed")[0]
+    data = (a / "events.jsonl").read_bytes()
+    line = append_event(a, "torn")  # then cut it in the middle: a torn tail
+    with open(a / "events.jsonl", "r+b") as fh:
+        fh.truncate(len(data) + len(line) // 2)
+    _refresh(small_fleet, store)
+    q = ra.quarantine_df
+    with _live(small_fleet, store, a):
+        # more bytes of the torn line, still no newline: the torn line is decoded again
+        with open(a / "events.jsonl", "ab") as fh:
+            fh.write(line[len(line) // 2:-8])
+        s = _refresh(small_fleet, store)
+        assert (s.reread, s.incremental) == (1, 1)
+        assert_warm_equals_cold(small_fleet, store)
+        assert q(str(small_fleet), store_dir=store).filter(pl.col("run_dir") == str(a)).height
+        # the rest of the line and its newline, then one more event
+        with open(a / "events.jsonl", "ab") as fh:
+            fh.write(line[-8:])
+        append_event(a, "after")
+        s = _refresh(small_fleet, store)
+        assert (s.reread, s.incremental) == (1, 1)
+        assert_warm_equals_cold(small_fleet, store)
+        assert not q(str(small_fleet), store_dir=store).filter(
+            pl.col("run_dir") == str(a)).height
+    assert_warm_equals_cold(small_fleet, store)
+
+
+def test_prefix_that_no_longer_matches_falls_back_to_a_full_read(small_fleet: Path,
+                                                                 tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    a = _runs(small_fleet, "completed")[0]
+    _refresh(small_fleet, store)
+    with _live(small_fleet, store, a):
+        # a byte inside the decoded prefix rewritten (same size), then an append
+        data = (a / "events.jsonl").read_bytes()
+        (a / "events.jsonl").write_bytes(data.replace(b'"sequence":1,', b'"sequence":5,', 1))
+        append_event(a, "x")
+        s = _refresh(small_fleet, store)
+        assert (s.reread, s.incremental) == (1, 0)
+        assert_warm_equals_cold(small_fleet, store)
+        # truncated below the prefix
+        with open(a / "events.jsonl", "r+b") as fh:
+            fh.truncate(len(data) // 2)
+        assert _refresh(small_fleet, store).incremental == 0
+        assert_warm_equals_cold(small_fleet, store)
+        # the prefix file damaged (size and mtime kept): a miss, never an error
+        m = Store(store).manifest()
+        f = next(f for f in m.parts[m.runs[str(a)]["part"]]["files"]
+                 if f["table"] == "_prefix")
+        path = store / f["path"]
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        st = path.stat()
+        path.write_bytes(bytes(raw))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        append_event(a, "y")
+        s = _refresh(small_fleet, store)
+        assert s.reread >= 1 and s.incremental == 0
+        assert_warm_equals_cold(small_fleet, store)
+
+
+def test_readme_duckdb_query_runs_as_written(fleet: Path, tmp_path: Path) -> None:
+    """The README's DuckDB example, run as written after ``store --compact``, gives what
+    the polars tables give."""
+    import re
+
+    import duckdb
+
+    text = (ROOT / "README.md").read_text()
+    sql = re.search(r"```sql\n(.*?)```", text[text.index("## The store"):], re.S).group(1)
+    store = tmp_path / "store"
+    open_store(str(fleet), store_dir=store, compact=True)
+    got = duckdb.connect().execute(sql.replace("STORE", str(store))).fetchall()
+    tc = ra.tool_calls_df(str(fleet), cache=False)
+    runs = ra.runs_df(str(fleet), cache=False)
+    want = (tc.join(runs.select("run_dir", "verdict"), on="run_dir").group_by("verdict")
+            .len().sort(["len", "verdict"], descending=[True, False]))
+    assert sorted(got) == sorted(want.rows()) and len(got) > 1
+
+
+def test_scan_without_refresh_serves_the_store_as_it_is(fleet: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    n = ra.scan_events(str(fleet), store_dir=store).select(pl.len()).collect().item()
+    a = _runs(fleet, "completed")[0]
+    append_event(a, "not-yet")
+    stale = ra.scan_events(str(fleet), store_dir=store, refresh=False)
+    assert stale.select(pl.len()).collect().item() == n  # no stat pass: as it was
+    assert ra.scan_events(str(fleet), store_dir=store).select(pl.len()).collect().item() == n + 1
+    # a store for other sources, or none yet, is refreshed anyway
+    other = tmp_path / "other"
+    assert ra.scan_runs(str(fleet), store_dir=other, refresh=False).collect().height == len(
+        Store(store).manifest().order)

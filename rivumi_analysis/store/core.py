@@ -34,13 +34,14 @@ import errno
 import fcntl
 import hashlib
 import os
+import pickle
 import re
 import shutil
 import stat
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -50,7 +51,7 @@ from ..read.cache import RACY_SECONDS, Fingerprint, code_fingerprint, default_ca
 from ..read.cache import proc_locked_keys as _held_keys
 from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover, normalize_sources
 from ..read.snapshot import _lock_key
-from .build import TABLES, build_frames, file_digest, read_runs, write_parts
+from .build import TABLES, build_frames, file_digest, write_parts
 
 STORE_FORMAT = 2
 """Layout of the manifest (bump when it changes shape; an old store is rebuilt)."""
@@ -64,7 +65,9 @@ COMPACT_MIN_PARTS = 8
 GC_GRACE_SECONDS = 300.0
 """Unreferenced files younger than this are kept (a reader may hold the old manifest)."""
 LOCK_TIMEOUT_SECONDS = 120.0
-PARALLEL_MIN_RUNS = 64
+PARALLEL_MIN_RUNS = 256
+PREFIX_DIR = "_prefix"
+"""Decoded ``events.jsonl`` prefixes of live runs (``_prefix/part-<key>.pickle``)."""
 """Below this many runs to re-read, worker processes cost more than they save."""
 
 _PART_RE = re.compile(r"\.?part-g(\d+)-")
@@ -244,6 +247,8 @@ class RefreshStats:
     parts_written: int
     compacted: bool
     seconds: float
+    incremental: int = 0
+    """Runs whose grown ``events.jsonl`` was decoded from its first incomplete line."""
 
 
 class Store:
@@ -379,10 +384,12 @@ class Store:
             for r in removed:
                 runs.pop(r, None)
             written = 0
+            incremental = 0
             for key, part, entries in self._write_chunks(gen, todo, fps, jobs,
-                                                               executor):
+                                                               executor, m):
                 parts[key] = part
                 runs.update(entries)
+                incremental += sum(1 for e in entries.values() if e.get("incremental"))
                 written += 1
                 self._cut("part_written")
             new = Manifest(gen, order, runs, parts, list(sources), max_depth)
@@ -394,7 +401,7 @@ class Store:
             self._gc(new)
             self._cut("gc_done")
         self.last_stats = RefreshStats(len(locs), len(todo), len(removed), written, compacted,
-                                       time.perf_counter() - t0)
+                                       time.perf_counter() - t0, incremental)
         return new
 
     def _newest_generation(self) -> int:
@@ -402,7 +409,7 @@ class Store:
         an old toolkit's reader may still read the files its manifest names, so a rebuild
         never reuses their names)."""
         newest = 0
-        for table in TABLES:
+        for table in (*TABLES, PREFIX_DIR):
             for _dirpath, _dirs, names in os.walk(self.path(table)):
                 for name in names:
                     m = _PART_RE.match(name)
@@ -410,8 +417,39 @@ class Store:
                         newest = max(newest, int(m.group(1)))
         return newest
 
+    def _prefix_records(self, m: Manifest, key: str) -> dict[str, bytes]:
+        """The stored prefixes of a part (empty when it has none or its file is damaged)."""
+        f = next((f for f in m.parts.get(key, {}).get("files", ())
+                  if f["table"] == PREFIX_DIR), None)
+        if f is None or not self._file_intact(f):
+            return {}
+        try:
+            with open(self.path(f["path"]), "rb") as fh:
+                if file_digest(self.path(f["path"])) != f["blake2b"]:
+                    return {}
+                recs = pickle.load(fh)
+        except Exception:  # a damaged cache file is a miss, never an error
+            return {}
+        return recs if isinstance(recs, dict) else {}
+
+    def _prefixes(self, m: Manifest | None, todo: list[RunLocation]) -> dict[str, bytes]:
+        """Stored prefixes of the runs to re-read that had one (checked files only)."""
+        if m is None:
+            return {}
+        by_part: dict[str, list[str]] = {}
+        for loc in todo:
+            e = m.runs.get(loc.run_dir)
+            if e is not None and e.get("prefix"):
+                by_part.setdefault(e["part"], []).append(loc.run_dir)
+        out: dict[str, bytes] = {}
+        for key, runs in by_part.items():
+            recs = self._prefix_records(m, key)
+            out.update({r: recs[r] for r in runs if isinstance(recs.get(r), bytes)})
+        return out
+
     def _write_chunks(self, gen: int, todo: list[RunLocation], fps: dict[str, Any],
                       jobs: int | None, executor: ChunkExecutor | None = None,
+                      m: Manifest | None = None,
                       ) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
         """Read and write the runs to re-read, a part per :data:`PART_RUNS` runs.
 
@@ -423,9 +461,12 @@ class Store:
         n_jobs = default_jobs() if jobs is None else max(1, jobs)
         if n_jobs > 1 and len(todo) > PARALLEL_MIN_RUNS:
             size = min(PART_RUNS, max(PARALLEL_MIN_RUNS // 2, -(-len(todo) // n_jobs)))
+        prefixes = self._prefixes(m, todo)
         tasks = [ChunkTask(self.directory, f"g{gen:07d}-{i // size:04d}", tuple(todo[i:i + size]),
                            {loc.run_dir: _fp_blob(fps.get(loc.run_dir))
-                            for loc in todo[i:i + size]})
+                            for loc in todo[i:i + size]},
+                           {loc.run_dir: prefixes[loc.run_dir] for loc in todo[i:i + size]
+                            if loc.run_dir in prefixes})
                  for i in range(0, len(todo), size)]
         if executor is None:
             results: Iterable[ChunkResult] = local_executor(tasks, jobs=n_jobs)
@@ -472,11 +513,19 @@ class Store:
         frames = {t: read_parts(self, m, t, parts=small) for t in TABLES}
         kinds = {r: m.runs[r]["kind"] for r in live}
         out = write_parts(frames, self.directory, key, kinds=kinds)
+        files = out["files"]
+        kept: dict[str, bytes] = {}
+        for k in small:
+            recs = self._prefix_records(m, k)
+            kept.update({r: recs[r] for r in m.live_runs(k)
+                         if m.runs[r].get("prefix") and isinstance(recs.get(r), bytes)})
+        if kept:
+            files.append(write_prefixes(kept, self.directory, key))
         for k in small:
             del m.parts[k]
         for r in live:
-            m.runs[r] = {**m.runs[r], "part": key}
-        m.parts[key] = {"runs": live, "files": [self._stamp(f) for f in out["files"]]}
+            m.runs[r] = {**m.runs[r], "part": key, "prefix": r in kept}
+        m.parts[key] = {"runs": live, "files": [self._stamp(f) for f in files]}
         return True
 
     def _write_manifest(self, m: Manifest) -> None:
@@ -501,7 +550,7 @@ class Store:
         keep = {f["path"] for p in m.parts.values() for f in p["files"]}
         cutoff = time.time() - grace
         n = 0
-        for table in TABLES:
+        for table in (*TABLES, PREFIX_DIR):
             top = self.path(table)
             for dirpath, _dirs, names in os.walk(top):
                 for name in names:
@@ -542,12 +591,17 @@ class ChunkTask:
         locations: the runs, in discovery order.
         fingerprints: ``run_dir`` -> the store's fingerprint of the run taken before the
             read (``None``: could not be listed); a read that changed it is marked volatile.
+        prefixes: ``run_dir`` -> the decoded prefix of its ``events.jsonl`` from the last
+            read (a pickled ``read.cache.EventsPrefix``), for runs that were live then: the
+            log is decoded from its first incomplete line when the prefix's bytes still
+            match (length, final newline, BLAKE2b), else from the start.
     """
 
     directory: str
     key: str
     locations: tuple[RunLocation, ...]
     fingerprints: dict[str, bytes | None]
+    prefixes: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -564,32 +618,88 @@ ChunkExecutor = Callable[[Sequence[ChunkTask]], Iterable[ChunkResult]]
 """Runs chunk tasks (e.g. on a cluster): one :class:`ChunkResult` per task, any order."""
 
 
+def _read_chunk(task: ChunkTask) -> tuple[list[Any], list[Any], set[str]]:
+    """Read the chunk's runs once; a live run's grown log from its first incomplete line.
+
+    Returns the runs, each run's decoded ``(lines, events)`` (before the kind-dependent
+    warnings, as ``read_run`` hands them out) and the runs whose stored prefix applied."""
+    from ..read.cache import decode_prefix
+    from ..read.snapshot import gc_paused, read_run
+
+    runs: list[Any] = []
+    decoded: list[Any] = []
+    resumed: set[str] = set()
+    with gc_paused():
+        for loc in task.locations:
+            blob = task.prefixes.get(loc.run_dir)
+            prefix = decode_prefix(blob, (0, 0)) if blob is not None else None
+            out: list[Any] = []
+            run = read_run(loc.run_dir, is_subagent=loc.is_subagent,
+                           parent_run_dir=loc.parent_run_dir, source_root=loc.source_root,
+                           events_prefix=prefix, decoded_out=out)
+            if prefix is not None and run.events_bytes is not None and prefix.matches(
+                    run.events_bytes):
+                resumed.add(loc.run_dir)
+            runs.append(run)
+            decoded.append(out[0] if out else None)
+    return runs, decoded, resumed
+
+
 def run_chunk(task: ChunkTask) -> ChunkResult:
     """Read a chunk's runs once, write their part, return it (what an executor calls).
 
     Pure apart from writing the part files under ``task.directory`` (deterministic names,
     atomic renames): safe to retry.
     """
-    data = read_runs(task.locations)
+    from ..read.cache import PREFIX_MAX_BYTES, make_prefix
+
+    data, decoded, resumed = _read_chunk(task)
     frames = build_frames(data)
     held = _held_keys()
     racy = time.time_ns() - int(RACY_SECONDS * 1e9)
     kinds: dict[str, str] = {}
     entries: dict[str, Any] = {}
-    for loc, run in zip(task.locations, data, strict=True):
+    prefixes: dict[str, bytes] = {}
+    for loc, run, dec in zip(task.locations, data, decoded, strict=True):
         fp = task.fingerprints.get(loc.run_dir)
         after = run_fingerprint(loc.run_dir, held)
         volatile = (fp is None or after is None or after.blob != fp
                     or run.writer_active or run.live_changed or after.newest_mtime_ns > racy)
         kinds[loc.run_dir] = run.kind or "unknown"
+        keep = (volatile and dec is not None and run.events_bytes
+                and len(run.events_bytes) <= PREFIX_MAX_BYTES)
+        if keep:
+            p = make_prefix(run.events_bytes, dec[0], dec[1], (0, 0))
+            if p is not None:
+                prefixes[loc.run_dir] = pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL)
         entries[loc.run_dir] = {"sub": loc.is_subagent, "parent": loc.parent_run_dir,
                                 "root": loc.source_root, "fp": fp, "part": task.key,
                                 "volatile": volatile, "kind": run.kind or "unknown",
-                                "writer_active": run.writer_active}
-    del data
+                                "writer_active": run.writer_active,
+                                "prefix": loc.run_dir in prefixes,
+                                "incremental": loc.run_dir in resumed}
+    del data, decoded
     out = write_parts(frames, task.directory, task.key, kinds=kinds)
+    files = out["files"]
+    if prefixes:
+        files.append(write_prefixes(prefixes, task.directory, task.key))
     return ChunkResult(task.key, {"runs": [loc.run_dir for loc in task.locations],
-                                  "files": out["files"]}, entries)
+                                  "files": files}, entries)
+
+
+def write_prefixes(prefixes: dict[str, bytes], directory: str, key: str) -> dict[str, Any]:
+    """Write a part's live-run prefixes (``run_dir`` -> pickled prefix) atomically."""
+    rel = os.path.join(PREFIX_DIR, f"part-{key}.pickle")
+    path = os.path.join(directory, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = os.path.join(os.path.dirname(path), f".part-{key}.pickle.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        pickle.dump(prefixes, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return {"table": PREFIX_DIR, "kind": "", "path": rel, "rows": len(prefixes),
+            "bytes": os.path.getsize(path), "blake2b": file_digest(path)}
 
 
 def local_executor(tasks: Sequence[ChunkTask], *, jobs: int | None = None,
@@ -642,8 +752,13 @@ def resolve_store_dir(source: Source | None, store_dir: str | os.PathLike[str] |
 def open_store(source: Source | None = None, *, store_dir: str | os.PathLike[str] | None = None,
                max_depth: int = DEFAULT_MAX_DEPTH, verify: bool = False,
                compact: bool = False, hook: Hook | None = None,
-               executor: ChunkExecutor | None = None, jobs: int | None = None) -> Opened:
+               executor: ChunkExecutor | None = None, jobs: int | None = None,
+               refresh: bool = True) -> Opened:
     """Discover ``source``, refresh its store and return it with the fresh manifest.
+
+    ``refresh=False`` skips the stat pass over the sources and serves the store as it is
+    (possibly stale: for a fleet known not to change), provided it exists for these
+    sources and its files are intact; otherwise it refreshes as usual.
 
     ``executor`` runs the chunks of runs to (re-)read: a callable taking a list of
     :class:`ChunkTask` and returning one :class:`ChunkResult` per task (e.g. ``run_chunk``
@@ -654,6 +769,15 @@ def open_store(source: Source | None = None, *, store_dir: str | os.PathLike[str
         StoreError: the store cannot be used (not writable, inside a source, locked).
     """
     d, tops = resolve_store_dir(source, store_dir, max_depth)
+    if not refresh:
+        from ..read.discovery import check_sources
+
+        check_sources(tops)
+        store = Store(d, hook=hook)
+        m = store.manifest()
+        if (m is not None and m.sources == list(tops) and m.max_depth == max_depth
+                and not store.damaged_parts(m)):
+            return Opened(store, m)
     listings: dict[str, list[str]] = {}
     found = discover(source, max_depth=max_depth, listings=listings)
     store = Store(d, hook=hook)

@@ -93,14 +93,15 @@ def load_table(table: str, source: Any, *, strict: bool, max_depth: int, cache: 
 
 
 def scan_table(table: str, source: Any = None, *, max_depth: int = DEFAULT_MAX_DEPTH,
-               store_dir: StoreDir = None) -> pl.LazyFrame:
-    """A LazyFrame over one table of the (refreshed) store of ``source``.
+               store_dir: StoreDir = None, refresh: bool = True) -> pl.LazyFrame:
+    """A LazyFrame over one table of the (refreshed) store of ``source``; ``refresh=False``
+    serves the store as it is, without the stat pass over the sources (see ``open_store``).
 
     Raises:
         SourceError: a missing source, a regular file, or no default run root.
         StoreError: the store cannot be used (scans have no in-memory fallback).
     """
-    opened = _open(source, max_depth, store_dir)
+    opened = open_store(source, store_dir=store_dir, max_depth=max_depth, refresh=refresh)
     return read_parts(opened.store, opened.manifest, table, lazy=True)
 
 
@@ -212,12 +213,14 @@ def drift_df(source: Any = None, *, strict: bool = False, max_depth: int = DEFAU
 
 def _scan(table: str) -> Callable[..., pl.LazyFrame]:
     def scan(source: Any = None, *, max_depth: int = DEFAULT_MAX_DEPTH,
-             store_dir: StoreDir = None) -> pl.LazyFrame:
-        return scan_table(table, source, max_depth=max_depth, store_dir=store_dir)
+             store_dir: StoreDir = None, refresh: bool = True) -> pl.LazyFrame:
+        return scan_table(table, source, max_depth=max_depth, store_dir=store_dir,
+                          refresh=refresh)
 
     scan.__name__ = scan.__qualname__ = f"scan_{table}"
-    scan.__doc__ = (f"A ``pl.LazyFrame`` over the store's ``{table}`` table (refreshed first; "
-                    "projection and predicate pushdown into the Parquet parts).")
+    scan.__doc__ = (f"A ``pl.LazyFrame`` over the store's ``{table}`` table (refreshed first "
+                    "unless ``refresh=False``; projection and predicate pushdown into the "
+                    "Parquet parts).")
     return scan
 
 
