@@ -79,12 +79,58 @@ def load() -> str:
     return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def live_appends(src: str, store: str) -> int:
+    """Refresh after appending one event to 100 runs that are being written (their writer
+    lock held, as by the runner): their grown logs are decoded from the first incomplete
+    line (the prefix kept when they were read while live)."""
+    import fcntl
+
+    from rivumi_analysis.store.core import open_store
+
+    names = sorted(n for n in os.listdir(src) if not n.startswith("."))
+    runs = [os.path.join(src, n) for n in names[1:: max(1, len(names) // 100)]][:100]
+    t, op = timed(lambda: open_store(src, store_dir=store), 1)
+    print(f"refresh before (nothing changed)      {fmt(t)}  ({op.store.last_stats.reread} "
+          f"re-read; {load()})", flush=True)
+    fds = []
+    for r in runs:
+        fd = os.open(os.path.join(r, ".writer.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        fds.append(fd)
+    try:
+        t, op = timed(lambda: open_store(src, store_dir=store), 1)
+        s = op.store.last_stats
+        print(f"refresh after 100 writer locks taken  {fmt(t)}  ({s.reread} re-read, read "
+              f"whole; {load()})", flush=True)
+        for k in (1, 2, 3):
+            appended = sum(append_event(r, 100 + k) for r in runs)
+            t, op = timed(lambda: open_store(src, store_dir=store), 1)
+            s = op.store.last_stats
+            print(f"refresh after appending one event to {appended} live runs (#{k}) {fmt(t)}  "
+                  f"({s.reread} re-read, {s.incremental} from their first incomplete line; "
+                  f"{load()})", flush=True)
+        import rivumi_analysis as ra
+
+        assert ra.events_df(src, store_dir=store).equals(ra.events_df(src, cache=False))
+        assert ra.states_df(src, store_dir=store).equals(ra.states_df(src, cache=False))
+        print("warm events_df and states_df equal cold ones after the live appends", flush=True)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("corpus")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--store", default=None, help="store folder (default: a temp folder)")
+    ap.add_argument("--live-appends", action="store_true",
+                    help="only the live-run appends, on an existing --store: 100 runs get a "
+                         "held writer lock (as the runner holds it), then events appended")
     args = ap.parse_args()
+    if args.live_appends:
+        return live_appends(args.corpus, args.store)
     os.environ["RIVUMI_ANALYSIS_STORE"] = "1"
     import polars as pl
 
