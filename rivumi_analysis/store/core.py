@@ -65,10 +65,13 @@ COMPACT_MIN_PARTS = 8
 GC_GRACE_SECONDS = 300.0
 """Unreferenced files younger than this are kept (a reader may hold the old manifest)."""
 LOCK_TIMEOUT_SECONDS = 120.0
-PARALLEL_MIN_RUNS = 256
+PARALLEL_MIN_RUNS = 64
+"""Above this many runs to re-read, they are cut into one chunk per job (for an executor)."""
+LOCAL_POOL_MIN_RUNS = 256
+"""Below this many runs, the local executor runs the chunks in this process: a spawned
+worker's start-up (imports) costs about as much as building a hundred runs."""
 PREFIX_DIR = "_prefix"
 """Decoded ``events.jsonl`` prefixes of live runs (``_prefix/part-<key>.pickle``)."""
-"""Below this many runs to re-read, worker processes cost more than they save."""
 
 _PART_RE = re.compile(r"\.?part-g(\d+)-")
 
@@ -709,7 +712,8 @@ def local_executor(tasks: Sequence[ChunkTask], *, jobs: int | None = None,
     from ..read.cache import default_jobs
 
     n_jobs = default_jobs() if jobs is None else max(1, jobs)
-    if n_jobs > 1 and len(tasks) > 1:
+    if n_jobs > 1 and len(tasks) > 1 and sum(
+            len(t.locations) for t in tasks) >= LOCAL_POOL_MIN_RUNS:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
