@@ -11,6 +11,7 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -409,27 +410,41 @@ def _source_message(exc: SourceError) -> str:
     return exc.message + (f" (hint: {exc.hint})" if exc.hint else "")
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    if getattr(args, "compare", None):
-        return _cmd_compare(args)
-    paths, err = _resolve_paths(args.paths)
+def _report_usage_error(args: argparse.Namespace, err: str | None) -> str | None:
+    """The first usage error of ``report`` (``err``, then ``--out``, then ``--png``), printed."""
     err = err or _check_out_file(args.out)
     if not err and args.png:
         err = _check_out_dir(args.png, "--png")
     if err:
         print(f"rivumi-analysis report: error: {err}", file=sys.stderr)
+    return err
+
+
+def _with_report_progress(build: Callable[[_Progress], Any]) -> Any:
+    """``build(progress)`` with progress on stderr; None (after printing why) on a SourceError."""
+    progress = _Progress("report")
+    try:
+        return build(progress)
+    except SourceError as exc:
+        print(f"rivumi-analysis report: error: {_source_message(exc)}", file=sys.stderr)
+        return None
+    finally:
+        progress.close()
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if getattr(args, "compare", None):
+        return _cmd_compare(args)
+    paths, err = _resolve_paths(args.paths)
+    if _report_usage_error(args, err):
         return EXIT_USAGE
     from .viz.report import write_report
 
-    progress = _Progress("report")
-    try:
-        res = write_report(paths, args.out, png_dir=args.png, redact=args.redact,
-                           max_depth=args.max_depth, progress=progress)
-    except SourceError as exc:  # no runs found: nothing was written
-        print(f"rivumi-analysis report: error: {_source_message(exc)}", file=sys.stderr)
+    res = _with_report_progress(lambda progress: write_report(
+        paths, args.out, png_dir=args.png, redact=args.redact, max_depth=args.max_depth,
+        progress=progress))
+    if res is None:  # no runs found: nothing was written
         return EXIT_USAGE
-    finally:
-        progress.close()
     print(f"rivumi-analysis: wrote {os.path.abspath(res.path)} "
           f"({res.bytes / 1e6:.2f} MB, {res.runs} runs, {res.charts} charts, "
           f"{res.seconds:.1f} s)")
@@ -448,23 +463,16 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         if not err and not is_run_dir(p):
             err = (f"--compare {p} is not a run directory (it holds no events.jsonl, "
                    "session.json, request.json, checkpoint.json or result.json)")
-    err = err or _check_out_file(args.out)
-    if not err and args.png:
-        err = _check_out_dir(args.png, "--png")
-    if err:
-        print(f"rivumi-analysis report: error: {err}", file=sys.stderr)
+    if _report_usage_error(args, err):
         return EXIT_USAGE
     from .viz.report import write_compare
 
-    progress = _Progress("report")
-    try:
-        res, div = write_compare(args.compare[0], args.compare[1], args.out,
-                                 png_dir=args.png, redact=args.redact, progress=progress)
-    except SourceError as exc:
-        print(f"rivumi-analysis report: error: {_source_message(exc)}", file=sys.stderr)
+    done = _with_report_progress(lambda progress: write_compare(
+        args.compare[0], args.compare[1], args.out, png_dir=args.png, redact=args.redact,
+        progress=progress))
+    if done is None:
         return EXIT_USAGE
-    finally:
-        progress.close()
+    res, div = done
     print(f"rivumi-analysis: {div.message}")
     print(f"rivumi-analysis: wrote {os.path.abspath(res.path)} "
           f"({res.bytes / 1e6:.2f} MB, 2 runs compared, {res.charts} charts, "

@@ -106,17 +106,11 @@ def test_warm_equals_cold_after_every_kind_of_change(fleet: Path, tmp_path: Path
     m = Store(store).manifest()
     assert len(m.order) == n_runs and d.as_posix() not in m.runs
     # the writer lock taken, then released
-    lock = a / ".writer.lock"
-    lock.write_text("pid=1 token=abc\n")
-    fd = os.open(lock, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with _writer_lock_held(a):
         assert_warm_equals_cold(fleet, store)
         assert Store(store).manifest().runs[str(a)]["writer_active"] is True
         assert "writer_active" in ra.runs_df(str(fleet), store_dir=store).filter(
             pl.col("run_dir") == str(a))["warnings"].to_list()[0]
-    finally:
-        os.close(fd)
     assert_warm_equals_cold(fleet, store)
     assert Store(store).manifest().runs[str(a)]["writer_active"] is False
 
@@ -425,13 +419,20 @@ def _refresh(src: Path, store: Path) -> object:
 def _live(src: Path, store: Path, run: Path) -> Iterator[None]:
     """``run`` is being written (a process holds its writer lock): it is re-read on every
     open and its decoded prefix is kept."""
+    with _writer_lock_held(run):
+        _refresh(src, store)
+        assert Store(store).manifest().runs[str(run)]["prefix"] is True
+        yield
+
+
+@contextlib.contextmanager
+def _writer_lock_held(run: Path) -> Iterator[None]:
+    """This process holds ``run``'s writer lock (as the runner does while it writes)."""
     lock = run / ".writer.lock"
     lock.write_text("pid=1 token=abc\n")
     fd = os.open(lock, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        _refresh(src, store)
-        assert Store(store).manifest().runs[str(run)]["prefix"] is True
         yield
     finally:
         os.close(fd)

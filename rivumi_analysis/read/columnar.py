@@ -162,22 +162,24 @@ def decode(data: bytes) -> Decoded | None:
                 return None
     if b"\\u" in data and (_SURROGATE_ESCAPE.search(data) or b"\\u0000" in data):
         return None  # a surrogate (pydantic refuses a lone one) or NUL (replay refuses it)
-    try:
-        envs = _ENVELOPES.decode_lines(data)
-    except (msgspec.DecodeError, RecursionError, ValueError):
-        return None
-    if _ENCODE_LINES(envs) != data:
+    envs = _decode_exact(_ENVELOPES, data)
+    if envs is None:
         return None
     # data objects: decoded (valid UTF-8, no NaN) and re-encoded to the same bytes (no repeated
     # key at any depth, canonical numbers, no whitespace)
-    joined = b"\n".join([e.data for e in envs]) + b"\n"
-    try:
-        objects = _DATA.decode_lines(joined)
-    except (msgspec.DecodeError, RecursionError, ValueError):
-        return None
-    if _ENCODE_LINES(objects) != joined:
+    objects = _decode_exact(_DATA, b"\n".join([e.data for e in envs]) + b"\n")
+    if objects is None:
         return None
     return Decoded(envs, objects, len(data))
+
+
+def _decode_exact(decoder: Any, lines: bytes) -> list[Any] | None:
+    """``lines`` decoded, if they decode and re-encode to exactly the same bytes, else None."""
+    try:
+        items = decoder.decode_lines(lines)
+    except (msgspec.DecodeError, RecursionError, ValueError):
+        return None
+    return items if _ENCODE_LINES(items) == lines else None
 
 
 def _i64(values: list[int]) -> pa.Array:

@@ -365,21 +365,23 @@ class Store:
         listings = listings or {}
         fps = {loc.run_dir: run_fingerprint(loc.run_dir, held, listings.get(loc.run_dir))
                for loc in locs}
+        def up_to_date(m: Manifest | None, todo: list[Any], removed: Any) -> bool:
+            if (m is not None and not todo and not removed and m.order == order
+                    and not (compact and _dirty(m))):
+                self.last_stats = RefreshStats(len(locs), 0, 0, 0, False,
+                                               time.perf_counter() - t0)
+                return True
+            return False
+
         m = self.manifest()
         todo, removed = self._plan(m, locs, fps, verify)
-        if (m is not None and not todo and not removed and m.order == order
-                and not (compact and _dirty(m))):
-            self.last_stats = RefreshStats(len(locs), 0, 0, 0, False,
-                                           time.perf_counter() - t0)
+        if up_to_date(m, todo, removed):
             return m
         with self._locked():
             self._cut("lock_taken")
             m = self.manifest()  # another refresher may have done the work meanwhile
             todo, removed = self._plan(m, locs, fps, verify)
-            if (m is not None and not todo and not removed and m.order == order
-                    and not (compact and _dirty(m))):
-                self.last_stats = RefreshStats(len(locs), 0, 0, 0, False,
-                                               time.perf_counter() - t0)
+            if up_to_date(m, todo, removed):
                 return m
             gen = (m.generation if m is not None else self._newest_generation()) + 1
             runs = dict(m.runs) if m is not None else {}
