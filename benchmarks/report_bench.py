@@ -49,6 +49,48 @@ def _phases(src: str, repeat: int) -> None:
               f"{os.getloadavg()[0]:.1f}", flush=True)
 
 
+def _store_reports(src: str, store: str, repeat: int) -> None:
+    """The report through the store: the first one builds the store (it is removed before),
+    the next ones find it warm. Phases from the report's own progress calls."""
+    import resource
+
+    from rivumi_analysis.store.core import remove_store
+    from rivumi_analysis.viz.report import write_report
+
+    remove_store(store)
+    print(f"source {src}  store {store} (removed first)  load {os.getloadavg()[0]:.1f}",
+          flush=True)
+    print(f"{'report':>6} {'total s':>7} {'store s':>7} {'tables s':>8} {'charts+pages s':>14} "
+          f"{'html s':>6} {'CPU s':>6} {'child CPU s':>11} {'MB':>5} {'read':>6}  "
+          "load")
+    with tempfile.TemporaryDirectory() as d:
+        for i in range(1 + repeat):
+            marks: dict[str, float] = {}
+
+            def progress(phase: str, done: int, total: int,
+                         marks: dict[str, float] = marks) -> None:
+                marks.setdefault(phase, time.perf_counter())
+
+            ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = time.process_time()
+            t0 = time.perf_counter()
+            res = write_report([src], os.path.join(d, "r.html"), store=True, store_dir=store,
+                               progress=progress)
+            t1 = time.perf_counter()
+            ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            child = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
+            tables = marks.get("reading tables", t0)
+            charts = marks.get("building charts", tables)
+            print(f"{'first' if i == 0 else 'warm':>6} {t1 - t0:>7.2f} {tables - t0:>7.2f} "
+                  f"{charts - tables:>8.2f} {marks.get('writing html', t1) - charts:>14.2f} "
+                  f"{t1 - marks.get('writing html', t1):>6.2f} "
+                  f"{time.process_time() - cpu:>6.1f} {child:>11.1f} {res.bytes / 1e6:>5.2f} "
+                  f"{res.store_read:>6}  {os.getloadavg()[0]:.1f}", flush=True)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"peak RSS: this process {peak:.0f} MB, largest worker {kids:.0f} MB")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, action="append", default=None)
@@ -57,7 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phases", action="store_true",
                     help="time table loading and the report's own part separately")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--store", default=None, metavar="DIR",
+                    help="with --phases: the report through the store in DIR (removed "
+                         "first): the first report builds it, --repeat more find it warm")
     args = ap.parse_args(argv)
+    if args.phases and args.store:
+        for src in [args.source] if args.source else [
+                os.path.join(args.corpus_dir, str(n)) for n in args.runs or [2000]]:
+            _store_reports(src, args.store, args.repeat)
+        return 0
     if args.phases:
         srcs = [args.source] if args.source else [
             os.path.join(args.corpus_dir, str(n)) for n in args.runs or [2000]]

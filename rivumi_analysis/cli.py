@@ -122,6 +122,14 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="keep only ids, types, sequences, times, numbers, codes, tool names, "
                          "effects, decisions and relative run dirs")
     rp.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
+    rs = rp.add_mutually_exclusive_group()
+    rs.add_argument("--store", default=None, metavar="DIR",
+                    help="read a fleet's tables through the Parquet store in DIR (built or "
+                         "refreshed first; default: $RIVUMI_ANALYSIS_STORE_DIR or "
+                         "~/.cache/rivumi-analysis/store/<name>-<hash>, as `store`)")
+    rs.add_argument("--no-store", action="store_true",
+                    help="load the runs in memory without the store (as "
+                         "$RIVUMI_ANALYSIS_STORE=0)")
     rp.set_defaults(handler=cmd_report)
 
     rl = sub.add_parser("relay", help="relayflowd run journals (durable-channel audit)")
@@ -436,15 +444,28 @@ def cmd_report(args: argparse.Namespace) -> int:
     if getattr(args, "compare", None):
         return _cmd_compare(args)
     paths, err = _resolve_paths(args.paths)
+    store_dir = getattr(args, "store", None)
+    if not err and store_dir is not None:
+        from .errors import StoreError
+        from .store.core import resolve_store_dir
+
+        try:
+            resolve_store_dir(paths, store_dir, args.max_depth)
+        except StoreError as exc:
+            err = f"--store {store_dir}: {exc.message}"
     if _report_usage_error(args, err):
         return EXIT_USAGE
     from .viz.report import write_report
 
     res = _with_report_progress(lambda progress: write_report(
         paths, args.out, png_dir=args.png, redact=args.redact, max_depth=args.max_depth,
-        progress=progress))
+        progress=progress, store=False if getattr(args, "no_store", False) else None,
+        store_dir=store_dir))
     if res is None:  # no runs found: nothing was written
         return EXIT_USAGE
+    if res.store is not None:
+        print(f"rivumi-analysis report: tables from the store {res.store} "
+              f"({res.store_read} of {res.runs} runs new or changed)", file=sys.stderr)
     print(f"rivumi-analysis: wrote {os.path.abspath(res.path)} "
           f"({res.bytes / 1e6:.2f} MB, {res.runs} runs, {res.charts} charts, "
           f"{res.seconds:.1f} s)")

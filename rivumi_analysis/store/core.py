@@ -619,15 +619,20 @@ class ChunkResult:
     entries: dict[str, Any]
 
 
+RunsDone = Callable[[int], None]
+"""``progress(n)``: ``n`` more runs of the chunks were read (see :func:`local_executor`)."""
+
 ChunkExecutor = Callable[[Sequence[ChunkTask]], Iterable[ChunkResult]]
 """Runs chunk tasks (e.g. on a cluster): one :class:`ChunkResult` per task, any order."""
 
 
-def _read_chunk(task: ChunkTask) -> tuple[list[Any], list[Any], set[str]]:
+def _read_chunk(task: ChunkTask, progress: RunsDone | None = None,
+                ) -> tuple[list[Any], list[Any], set[str]]:
     """Read the chunk's runs once; a live run's grown log from its first incomplete line.
 
     Returns the runs, each run's decoded ``(lines, events)`` (before the kind-dependent
-    warnings, as ``read_run`` hands them out) and the runs whose stored prefix applied."""
+    warnings, as ``read_run`` hands them out) and the runs whose stored prefix applied;
+    ``progress(1)`` after each run read."""
     from ..read.cache import decode_prefix
     from ..read.snapshot import gc_paused, read_run
 
@@ -647,18 +652,20 @@ def _read_chunk(task: ChunkTask) -> tuple[list[Any], list[Any], set[str]]:
                 resumed.add(loc.run_dir)
             runs.append(run)
             decoded.append(out[0] if out else None)
+            if progress is not None:
+                progress(1)
     return runs, decoded, resumed
 
 
-def run_chunk(task: ChunkTask) -> ChunkResult:
+def run_chunk(task: ChunkTask, progress: RunsDone | None = None) -> ChunkResult:
     """Read a chunk's runs once, write their part, return it (what an executor calls).
 
     Pure apart from writing the part files under ``task.directory`` (deterministic names,
-    atomic renames): safe to retry.
+    atomic renames): safe to retry. ``progress(n)`` is called as runs are read.
     """
     from ..read.cache import PREFIX_MAX_BYTES, make_prefix
 
-    data, decoded, resumed = _read_chunk(task)
+    data, decoded, resumed = _read_chunk(task, progress)
     frames = build_frames(data)
     held = _held_keys()
     racy = time.time_ns() - int(RACY_SECONDS * 1e9)
@@ -708,9 +715,13 @@ def write_prefixes(prefixes: dict[str, bytes], directory: str, key: str) -> dict
 
 
 def local_executor(tasks: Sequence[ChunkTask], *, jobs: int | None = None,
-                   ) -> Iterator[ChunkResult]:
+                   progress: RunsDone | None = None) -> Iterator[ChunkResult]:
     """The default executor: in this process for one task, else spawned worker processes
-    (never forked: polars' thread pool may hold a lock at fork time)."""
+    (never forked: polars' thread pool may hold a lock at fork time).
+
+    ``progress(n)``: ``n`` more runs were read (one call per run in this process, one per
+    finished chunk from workers), e.g. ``functools.partial(local_executor, progress=cb)``
+    as ``open_store(executor=...)``."""
     from ..read.cache import default_jobs
 
     n_jobs = default_jobs() if jobs is None else max(1, jobs)
@@ -721,10 +732,13 @@ def local_executor(tasks: Sequence[ChunkTask], *, jobs: int | None = None,
 
         with ProcessPoolExecutor(max_workers=min(n_jobs, len(tasks)),
                                  mp_context=mp.get_context("spawn")) as ex:
-            yield from ex.map(run_chunk, tasks)
+            for task, res in zip(tasks, ex.map(run_chunk, tasks), strict=True):
+                if progress is not None:
+                    progress(len(task.locations))
+                yield res
     else:
         for task in tasks:
-            yield run_chunk(task)
+            yield run_chunk(task, progress)
 
 
 def _fp_blob(fp: Any) -> bytes | None:

@@ -244,7 +244,7 @@ def _t0(runs: pl.DataFrame | None, frames: Iterable[tuple[pl.DataFrame | None, s
     for df, col in frames:
         if _has(df, "run_dir", col):
             parts.append(df.select("run_dir", pl.col(col).alias("t")))
-    seen = (pl.concat(parts).group_by("run_dir").agg(pl.col("t").min().alias("t_min"))
+    seen = (pl.concat(parts).group_by("run_dir", maintain_order=True).agg(pl.col("t").min().alias("t_min"))
             if parts else pl.DataFrame(schema={"run_dir": pl.Utf8,
                                                "t_min": pl.Datetime("us", "UTC")}))
     if _has(runs, "run_dir", "started_at"):
@@ -303,7 +303,7 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
     vcolor = alt.Color("verdict:N", scale=vscale, legend=_legend("verdict (click)", orient="bottom", columns=4))
     opacity = alt.condition(verdict_sel, alt.value(1.0), alt.value(0.15))
 
-    by_verdict = r.group_by("verdict").len("runs")
+    by_verdict = r.group_by("verdict", maintain_order=True).len("runs")
     c_verdict = (alt.Chart(_values(by_verdict), title=f"Runs by verdict ({r.height})")
                  .mark_bar()
                  .encode(y=alt.Y("verdict:N", sort="-x", title=None),
@@ -311,20 +311,20 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
                          tooltip=["verdict:N", "runs:Q"])
                  .add_params(verdict_sel)
                  .properties(width=170, height=alt.Step(18)))
-    by_kind = r.group_by("kind", "verdict").len("runs")
+    by_kind = r.group_by("kind", "verdict", maintain_order=True).len("runs")
     c_kind = (alt.Chart(_values(by_kind), title="Runs by kind").mark_bar()
               .encode(y=alt.Y("kind:N", sort="-x", title=None), x=alt.X("sum(runs):Q",
                                                                           title="runs"),
                       color=vcolor, opacity=opacity,
                       tooltip=["kind:N", "verdict:N", "runs:Q"])
               .properties(width=170, height=alt.Step(18)))
-    top = (r.group_by("terminal_reason").len("n").sort(["n", "terminal_reason"],
+    top = (r.group_by("terminal_reason", maintain_order=True).len("n").sort(["n", "terminal_reason"],
                                                        descending=[True, False])
            .head(max_reasons)["terminal_reason"].to_list())
     by_reason = (r.with_columns(pl.when(pl.col("terminal_reason").is_in(top))
                                 .then(pl.col("terminal_reason")).otherwise(pl.lit("(other)"))
                                 .alias("terminal_reason"))
-                 .group_by("terminal_reason", "verdict").len("runs"))
+                 .group_by("terminal_reason", "verdict", maintain_order=True).len("runs"))
     c_reason = (alt.Chart(_values(by_reason), title="Runs by terminal reason").mark_bar()
                 .encode(y=alt.Y("terminal_reason:N", sort="-x", title=None),
                         x=alt.X("sum(runs):Q", title="runs"), color=vcolor, opacity=opacity,
@@ -368,7 +368,7 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
                  .properties(width=360, height=260))
     if w.height:
         hist = (w.with_columns(wall_bin.alias("b"))
-                .group_by("b", "verdict").len("runs")
+                .group_by("b", "verdict", maintain_order=True).len("runs")
                 .with_columns((pl.col("b") * bin_w).round(2).alias("from_s"),
                               ((pl.col("b") + 1) * bin_w).round(2).alias("to_s")))
         c_hist = (alt.Chart(_values(hist), title=alt.TitleParams(
@@ -540,7 +540,7 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
     title = "Step timeline"
     if seg.height == 0:
         return _empty(title, "no timed events")
-    per_run = seg.group_by("run_dir").agg(pl.len().alias("segments"),
+    per_run = seg.group_by("run_dir", maintain_order=True).agg(pl.len().alias("segments"),
                                           pl.col("end_s").max().alias("span_s"))
     if runs is not None and "run_dir" in runs.columns:
         per_run = per_run.join(runs.drop([c for c in ("segments", "span_s")
@@ -718,11 +718,11 @@ def repeat_guard(*, states: pl.DataFrame | None = None, events: pl.DataFrame | N
         pl.when(pl.col("repeat_count") >= threshold).then(pl.lit("trip"))
         .when(pl.col("repeat_count") == threshold - 1).then(pl.lit("near miss"))
         .otherwise(pl.lit("ok")).alias("status"))
-    peak = pts.group_by("run_dir").agg(pl.col("repeat_count").max().alias("peak"),
+    peak = pts.group_by("run_dir", maintain_order=True).agg(pl.col("repeat_count").max().alias("peak"),
                                        pl.len().alias("calls"))
     # Distribution over all runs (aggregated here, so it scales).
     dist = (peak.with_columns(pl.col("peak").clip(0, threshold).alias("peak"))
-            .group_by("peak").len("runs")
+            .group_by("peak", maintain_order=True).len("runs")
             .with_columns(pl.when(pl.col("peak") >= threshold).then(pl.lit("trip"))
                           .when(pl.col("peak") == threshold - 1).then(pl.lit("near miss"))
                           .otherwise(pl.lit("ok")).alias("status")))
@@ -821,7 +821,7 @@ def ecdf_points(df: pl.DataFrame, value: str, group: str, *, points: int = 51
     if d.height == 0:
         return pl.DataFrame(schema={"group": pl.Utf8, "share": pl.Float64,
                                     "value": pl.Float64, "runs": pl.UInt32})
-    g = d.group_by(pl.col(group).alias("group")).agg(
+    g = d.group_by(pl.col(group).alias("group"), maintain_order=True).agg(
         pl.len().alias("runs"),
         *[pl.col(value).quantile(q, interpolation="lower").alias(f"q{i}")
           for i, q in enumerate(shares)])
@@ -884,7 +884,7 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     if _has(states, "run_dir", "approval_wait_seconds", "resume_downtime_seconds",
             "charged_wall_seconds"):
         assert states is not None
-        wait = states.group_by("run_dir").agg(
+        wait = states.group_by("run_dir", maintain_order=True).agg(
             pl.col("approval_wait_seconds").last().alias("approval_s"),
             pl.col("resume_downtime_seconds").last().alias("downtime_s"),
             pl.col("charged_wall_seconds").drop_nulls().last().alias("charged_state_s"),
@@ -892,7 +892,7 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
              .alias("waits_charged")))
     elif _has(approvals, "run_dir", "wait_seconds"):
         assert approvals is not None
-        wait = approvals.group_by("run_dir").agg(
+        wait = approvals.group_by("run_dir", maintain_order=True).agg(
             pl.col("wait_seconds").sum().alias("approval_s"),
             pl.lit(0.0).alias("downtime_s"), pl.lit(None, pl.Float64).alias("charged_state_s"),
             pl.lit(False).alias("waits_charged"))
@@ -1125,7 +1125,7 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
         comp = events.filter(pl.col("event_type")
                              == "context_pressure.summary_fallback_applied").select(
             "run_dir", "sequence")
-    r = r.join(comp.group_by("run_dir").len("compactions"), on="run_dir", how="left")
+    r = r.join(comp.group_by("run_dir", maintain_order=True).len("compactions"), on="run_dir", how="left")
     total_with_data = cum["run_dir"].n_unique()
     cand = r.join(cum.select("run_dir").unique(), on="run_dir", how="semi")
     # Most notable for a token budget: the runs that crossed it, then the highest share of
@@ -1231,7 +1231,7 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
         hist = (with_budget.with_columns(
             (pl.col("total_tokens") / pl.col("budget")).alias("f"))
             .with_columns((pl.col("f").clip(0, 1.5) * nb).floor().cast(pl.Int64).alias("b"))
-            .group_by("b").agg(pl.len().alias("runs"),
+            .group_by("b", maintain_order=True).agg(pl.len().alias("runs"),
                                (pl.col("f") > 1).any().alias("over"))
             .with_columns((pl.col("b") / nb).alias("from_f"), ((pl.col("b") + 1) / nb)
                           .alias("to_f"),
@@ -1327,7 +1327,7 @@ def fork_points(*, runs: pl.DataFrame, forks: pl.DataFrame | None = None,
         links.select(pl.col("source_run_dir").alias("run_dir"), pl.lit(0).alias("prio")),
         links.select("run_dir", pl.lit(0).alias("prio")),
         failed.select("run_dir", pl.lit(1).alias("prio"))]).drop_nulls("run_dir")
-    wanted = wanted.group_by("run_dir").agg(pl.col("prio").min()).sort("prio", "run_dir")
+    wanted = wanted.group_by("run_dir", maintain_order=True).agg(pl.col("prio").min()).sort("prio", "run_dir")
     total = wanted.height
     if total == 0:
         return _empty(title, "no fork runs and no failed or crashed runs")
@@ -1484,9 +1484,9 @@ def outcome_mix(runs: pl.DataFrame) -> alt.VConcatChart | alt.Chart:
                     .alias("started_at")).join(outcomes(runs), on="run_dir")
     undated = o.filter(pl.col("started_at").is_null()).height
     per_day = (o.filter(pl.col("started_at").is_not_null())
-               .group_by(pl.col("started_at").dt.date().alias("day"), "outcome").len("runs")
+               .group_by(pl.col("started_at").dt.date().alias("day"), "outcome", maintain_order=True).len("runs")
                .sort("day", "outcome"))
-    share = (o.group_by("outcome").len("runs")
+    share = (o.group_by("outcome", maintain_order=True).len("runs")
              .with_columns((pl.col("runs") / pl.col("runs").sum()).alias("share")))
     present = [x for x in OUTCOME_ORDER if x in set(share["outcome"].to_list())]
     color = alt.Color("outcome:N", scale=alt.Scale(
@@ -1552,7 +1552,7 @@ def cost_by_model(*, runs: pl.DataFrame, usage: pl.DataFrame | None) -> alt.Char
                      _col(usage, "total_cost", pl.Float64).alias("cost"))
     u = u.join(_run_days(runs), on="run_dir", how="left")
     unknown = u.filter(pl.col("cost").is_null()).height
-    per_model = (u.group_by("model", "provider")
+    per_model = (u.group_by("model", "provider", maintain_order=True)
                  .agg(pl.col("total_tokens").sum().alias("tokens"),
                       pl.col("cost").sum().alias("cost"), pl.len().alias("rows"),
                       pl.col("cost").is_null().sum().alias("rows_cost_unknown"),
@@ -1561,7 +1561,7 @@ def cost_by_model(*, runs: pl.DataFrame, usage: pl.DataFrame | None) -> alt.Char
                                .alias("unknown_share"))
                  .sort("tokens", descending=True))
     per_day = (u.filter(pl.col("day").is_not_null())
-               .group_by("day", "model").agg(pl.col("total_tokens").sum().alias("tokens"),
+               .group_by("day", "model", maintain_order=True).agg(pl.col("total_tokens").sum().alias("tokens"),
                                              pl.col("cost").sum().round(6).alias("cost"))
                .sort("day", "model"))
     sub = (f"{unknown} of {u.height} usage rows ({100 * unknown / max(u.height, 1):.1f}%) "
@@ -1639,7 +1639,7 @@ def task_kinds(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
                     _col(runs, "total_tokens", pl.Int64).alias("tokens")).join(
         outcomes(runs), on="run_dir")
     if _has(usage, "run_dir", "total_cost") and usage is not None:
-        cost = usage.group_by("run_dir").agg(
+        cost = usage.group_by("run_dir", maintain_order=True).agg(
             pl.col("total_cost").sum().alias("cost"),
             pl.col("total_cost").is_null().any().alias("cost_partial"))
         r = r.join(cost, on="run_dir", how="left")
@@ -1648,7 +1648,7 @@ def task_kinds(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
                            pl.lit(None, pl.Boolean).alias("cost_partial"))
     finished = pl.col("outcome").str.starts_with("completed") | pl.col("outcome").str.starts_with(
         "failed") | (pl.col("outcome") == "cancelled")
-    g = (r.group_by("group").agg(
+    g = (r.group_by("group", maintain_order=True).agg(
         pl.len().alias("runs"), finished.sum().alias("finished"),
         pl.col("outcome").str.starts_with("completed").sum().alias("succeeded"),
         pl.col("tokens").median().alias("median_tokens"),
@@ -1707,7 +1707,7 @@ def top_runs(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
     r = runs.with_columns(_col(runs, "active_wall_time_seconds", pl.Float64).alias("wall_s"),
                           _col(runs, "run_id", pl.Utf8).alias("run_id"))
     if _has(usage, "run_dir", "total_cost") and usage is not None:
-        r = r.join(usage.group_by("run_dir").agg(pl.col("total_cost").sum().alias("cost"),
+        r = r.join(usage.group_by("run_dir", maintain_order=True).agg(pl.col("total_cost").sum().alias("cost"),
                                                  pl.len().alias("usage_rows")),
                    on="run_dir", how="left")
     else:
@@ -1784,7 +1784,7 @@ def tool_error_table(tool_calls: pl.DataFrame, *, max_tools: int = 25
                           _col(tool_calls, "effect", pl.Utf8).fill_null("unknown")
                           .alias("effect"), pl.col("outcome").fill_null("unknown"),
                           pl.col("run_dir"))
-    g = (t.group_by("name").agg(
+    g = (t.group_by("name", maintain_order=True).agg(
         pl.len().alias("calls"), (pl.col("outcome") != "ok").sum().alias("not_ok"),
         (pl.col("outcome") == "error").sum().alias("errors"),
         (pl.col("outcome") == "denied").sum().alias("denied"),

@@ -43,9 +43,9 @@ from ._html import script_json as _script_json  # noqa: F401
 from ._html import spec as _spec
 from ._html import vl_version as _vl_version
 
-__all__ = ["CHART_SECTIONS", "RUN_PAGES_CAP", "ReportResult", "build_charts", "is_run_dir",
-           "load_tables", "notable_runs", "render_html", "run_pages", "save_images",
-           "write_compare", "write_report"]
+__all__ = ["CHART_SECTIONS", "FLEET_COLUMNS", "REPORT_TABLES", "RUN_PAGES_CAP", "ReportResult",
+           "ReportTables", "build_charts", "is_run_dir", "load_tables", "notable_runs",
+           "render_html", "run_pages", "save_images", "write_compare", "write_report"]
 
 Tables = dict[str, pl.DataFrame | None]
 
@@ -131,9 +131,119 @@ def _no_progress(phase: str, done: int, total: int) -> None:
     return None
 
 
+REPORT_TABLES = ("runs", "events", "model_calls", "usage", "tool_calls", "approvals",
+                 "verifications", "quarantine", "states", "forks")
+"""The tables the report reads."""
+
+FLEET_COLUMNS: dict[str, tuple[str, ...]] = {
+    "events": ("run_dir", "run_id", "kind", "sequence", "event_type", "created_at"),
+    "states": ("run_dir", "run_id", "kind", "sequence", "event_type", "created_at", "step",
+               "total_tokens", "repeat_count", "phase", "terminal", "terminal_reason",
+               "wall_elapsed_seconds", "approval_wait_seconds", "resume_downtime_seconds",
+               "charged_wall_seconds", "fork_safe", "charge_approval_waits"),
+}
+"""Columns of the two per-event tables the fleet charts read from the store (the others are
+read whole); run pages read every column of their own runs (:attr:`ReportTables.detail`).
+The charts' fallbacks that parse ``events.data`` are used only without ``states``/``forks``."""
+
+
+class ReportTables(dict[str, pl.DataFrame | None]):
+    """The report's tables (``{name: DataFrame}``), plus how they were loaded.
+
+    Attributes:
+        detail: ``detail(run_dirs)`` gives every column of those runs' rows of every table
+            (the run pages' input), or None when the tables are already whole (in memory).
+        store: the store folder the tables were read from (None: loaded in memory).
+        store_read: runs (re-)read into the store by this load.
+    """
+
+    detail: Callable[[Sequence[str]], Tables] | None = None
+    store: str | None = None
+    store_read: int = 0
+
+
+def _ordered(df: pl.DataFrame, table: str, rank: pl.DataFrame) -> pl.DataFrame:
+    """Rows in a cold load's order: ``runs`` by ``run_dir``, others by discovery order
+    (stable: a run's rows keep their order)."""
+    if table == "runs":
+        return df.sort("run_dir", maintain_order=True)
+    return (df.join(rank, on="run_dir", how="left", maintain_order="left")
+            .sort("__rank", maintain_order=True, nulls_last=True).drop("__rank"))
+
+
+def _store_tables(paths: Sequence[str], *, max_depth: int, store_dir: str | None,
+                  progress: Progress) -> ReportTables | None:
+    """The report's tables read through the store (built or refreshed first, runs counted
+    by ``progress``); None when no run is found or the store cannot be used (a warning on
+    stderr: the caller loads in memory)."""
+    from functools import partial
+
+    from ..errors import StoreError
+    from ..read.discovery import discover
+    from ..store import local_executor, open_store
+    from ..store.loaders import scan_table
+
+    n = len(discover(list(paths), max_depth=max_depth).runs)
+    if n == 0:
+        return None
+    progress("reading runs", 0, n)
+    done = [0]
+
+    def step(k: int) -> None:
+        done[0] += k
+        progress("reading runs", min(done[0], n), n)
+
+    try:
+        opened = open_store(list(paths), store_dir=store_dir, max_depth=max_depth,
+                            executor=partial(local_executor, progress=step))
+        if done[0] < n:  # the others were up to date in the store
+            progress("reading runs", n, n)
+        rank = pl.DataFrame({"run_dir": opened.manifest.order},
+                            schema={"run_dir": pl.String}).with_row_index("__rank")
+        d = opened.store.directory
+
+        def scan(table: str) -> pl.LazyFrame:
+            return scan_table(table, list(paths), max_depth=max_depth, store_dir=d,
+                              refresh=False)
+
+        out = ReportTables()
+        for i, t in enumerate(REPORT_TABLES):
+            progress("reading tables", i, len(REPORT_TABLES))
+            lf = scan(t)
+            if t in FLEET_COLUMNS:
+                lf = lf.select(FLEET_COLUMNS[t])
+            out[t] = _ordered(lf.collect(), t, rank)
+        progress("reading tables", len(REPORT_TABLES), len(REPORT_TABLES))
+    except (StoreError, pl.exceptions.PolarsError, OSError) as exc:
+        print(f"rivumi-analysis report: warning: the store could not be used "
+              f"({type(exc).__name__}: {exc}); loading in memory", file=sys.stderr)
+        return None
+
+    def detail(run_dirs: Sequence[str]) -> Tables:
+        want = list(dict.fromkeys(run_dirs))
+        return {t: _ordered(scan(t).filter(pl.col("run_dir").is_in(want)).collect(), t, rank)
+                for t in REPORT_TABLES}
+
+    out.detail = detail
+    out.store = d
+    stats = opened.store.last_stats
+    out.store_read = stats.reread if stats is not None else 0
+    return out
+
+
 def load_tables(paths: Sequence[str], *, max_depth: int = 8,
-                progress: Progress | None = None) -> Tables:
+                progress: Progress | None = None, store: bool | None = False,
+                store_dir: str | None = None) -> ReportTables:
     """Load every table the report needs, reading the runs once.
+
+    Args:
+        paths: run directories or folders of runs.
+        max_depth: discovery depth limit.
+        progress: ``progress(phase, done, total)``.
+        store: read through the Parquet store (built or refreshed first; only the columns
+            the fleet charts use of the per-event tables, see :data:`FLEET_COLUMNS`);
+            None: unless ``$RIVUMI_ANALYSIS_STORE=0``; False (default): in memory.
+        store_dir: the store folder (default: the store's own default for these paths).
 
     Raises:
         SourceError: a PATH does not exist or is a regular file.
@@ -141,8 +251,23 @@ def load_tables(paths: Sequence[str], *, max_depth: int = 8,
     >>> t = load_tables(["tests/fixtures/example"])
     >>> t["runs"].height, sorted(k for k, v in t.items() if v is None)
     (1, [])
+    >>> s = load_tables(["tests/fixtures/example"], store=True)
+    >>> s["runs"].equals(t["runs"]), s["events"].columns == list(FLEET_COLUMNS["events"])
+    (True, True)
     """
     progress = progress or _no_progress
+    if store is None:
+        from ..store.core import store_enabled
+
+        store = store_enabled()
+    if store:
+        from ..read.discovery import check_sources, normalize_sources
+
+        check_sources(normalize_sources(list(paths))[0])  # usage errors first
+        via = _store_tables(paths, max_depth=max_depth, store_dir=store_dir,
+                            progress=progress)
+        if via is not None:
+            return via
     from ..read.snapshot import load_fleet
     from ..tables.approvals import approvals_df
     from ..tables.events import events_df
@@ -162,7 +287,7 @@ def load_tables(paths: Sequence[str], *, max_depth: int = 8,
                ("verifications", verifications_df), ("quarantine", quarantine_df),
                ("states", states_df), ("forks", forks_df))
     progress("building tables", 0, len(loaders) + 1)
-    tables: Tables = {"runs": runs_df(fleet)}
+    tables = ReportTables(runs=runs_df(fleet))
     for i, (name, fn) in enumerate(loaders, 2):
         tables[name] = _try(fn, fleet)
         progress("building tables", i, len(loaders) + 1)
@@ -250,7 +375,7 @@ def _reasons_table(runs: pl.DataFrame) -> str:
         if col not in runs.columns:
             continue
         counts = (runs.select("verdict", pl.col(col)).explode(col).drop_nulls(col)
-                  .group_by(col).agg(pl.len().alias("runs"),
+                  .group_by(col, maintain_order=True).agg(pl.len().alias("runs"),
                                      pl.col("verdict").unique().sort().alias("verdicts"))
                   .sort("runs", descending=True))
         for code, n, verdicts in counts.iter_rows():
@@ -303,7 +428,10 @@ def redact_tables(tables: Tables) -> Tables:
     >>> t["verifications"]["name"].to_list()
     [None]
     """
-    out = dict(tables)
+    out = ReportTables(tables)  # keeps how they were loaded (run pages redact their own)
+    out.detail = getattr(tables, "detail", None)
+    out.store = getattr(tables, "store", None)
+    out.store_read = getattr(tables, "store_read", 0)
     v = out.get("verifications")
     if v is not None and "name" in v.columns:
         out["verifications"] = v.with_columns(pl.lit(None, pl.Utf8).alias("name"))
@@ -349,7 +477,7 @@ def notable_runs(tables: Tables, cap: int = RUN_PAGES_CAP) -> list[str]:
     picked.append(r.sort(["_w", "run_dir"], descending=[True, False])["run_dir"][0])
     usage = tables.get("usage")
     if usage is not None and {"run_dir", "total_cost"} <= set(usage.columns) and usage.height:
-        cost = (usage.group_by("run_dir").agg(pl.col("total_cost").sum())
+        cost = (usage.group_by("run_dir", maintain_order=True).agg(pl.col("total_cost").sum())
                 .filter(pl.col("total_cost") > 0).sort(["total_cost", "run_dir"],
                                                         descending=[True, False]))
         if cost.height:
@@ -360,14 +488,23 @@ def notable_runs(tables: Tables, cap: int = RUN_PAGES_CAP) -> list[str]:
 
 
 def run_pages(tables: Tables, *, sources: Sequence[str], redact: bool = False,
-              cap: int = RUN_PAGES_CAP) -> list[Any]:
+              cap: int = RUN_PAGES_CAP,
+              detail: Callable[[Sequence[str]], Tables] | None = None) -> list[Any]:
     """The fleet report's run pages (:func:`notable_runs`), as
-    :class:`rivumi_analysis.viz.run_page.RunPage` objects keyed ``run-1`` …"""
+    :class:`rivumi_analysis.viz.run_page.RunPage` objects keyed ``run-1`` …
+
+    ``detail(run_dirs)`` gives those runs' whole rows when ``tables`` hold only the fleet
+    charts' columns (default: ``tables.detail`` of a :class:`ReportTables`)."""
     from .run_page import run_page, run_tables
 
     chosen = notable_runs(tables, cap)
     if not chosen:
         return []
+    detail = detail or getattr(tables, "detail", None)
+    if detail is not None:
+        tables = detail(chosen)
+        if redact:
+            tables = redact_tables(tables)
     per = run_tables(tables, chosen)
     labels = dict(C.run_labels(tables["runs"].filter(  # type: ignore[union-attr]
         pl.col("run_dir").is_in(chosen))).select("run_dir", "run").iter_rows())
@@ -407,7 +544,7 @@ def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
     # --- end of relayflowd section
     for p in pages:
         specs.update({key: _spec(chart) for key, chart in p.charts.items()})
-    verdicts = runs.group_by("verdict").len().sort("len", descending=True)
+    verdicts = runs.group_by("verdict", maintain_order=True).len().sort("len", descending=True)
     q = tables.get("quarantine")
     cards = [(str(runs.height), "runs")]
     cards += [(str(n), f"verdict {v}") for v, n in verdicts.iter_rows()]
@@ -494,12 +631,16 @@ class ReportResult:
     """Run pages inside the fleet report (:data:`RUN_PAGES_CAP`)."""
     run_page_charts: int = 0
     """Charts of those run pages (not counted in ``charts``)."""
+    store: str | None = None
+    """The store folder the tables were read through (None: loaded in memory)."""
+    store_read: int = 0
+    """Runs (re-)read into the store by this report."""
 
 
 def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
                  redact: bool = False, max_depth: int = 8,
-                 progress: Progress | None = None, run_page: bool | None = None
-                 ) -> ReportResult:
+                 progress: Progress | None = None, run_page: bool | None = None,
+                 store: bool | None = None, store_dir: str | None = None) -> ReportResult:
     """Load ``paths``, build every chart and write the self-contained report to ``out``.
 
     One PATH that is itself a run directory (``rivumi-analysis report RUN_DIR``) gives that
@@ -507,6 +648,11 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
 
     The file is written to a temporary name beside ``out`` and renamed into place, so a
     failure never leaves a half-written report or a stray temporary file.
+
+    A fleet report reads its tables through the Parquet store (``store=None``: unless
+    ``$RIVUMI_ANALYSIS_STORE=0``; ``store_dir``: its folder), so a second report of the same
+    runs reads only what changed; ``store=False`` loads in memory. A run's page loads in
+    memory.
 
     Raises:
         SourceError: a PATH is missing, or (code ``no_runs``) no run was found below them;
@@ -520,7 +666,11 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
     """
     progress = progress or _no_progress
     t0 = time.perf_counter()
-    tables = load_tables(paths, max_depth=max_depth, progress=progress)
+    if run_page is None:
+        run_page = len(paths) == 1 and is_run_dir(paths[0])
+    loaded = load_tables(paths, max_depth=max_depth, progress=progress,
+                         store=False if run_page else store, store_dir=store_dir)
+    tables: Tables = loaded
     runs = tables["runs"]
     if runs is None or runs.height == 0:
         raise SourceError(f"no runs found below {', '.join(paths)}", code="no_runs",
@@ -528,8 +678,6 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
                                "result.json; check the PATH and --max-depth")
     if redact:
         tables = redact_tables(tables)
-    if run_page is None:
-        run_page = len(paths) == 1 and is_run_dir(paths[0])
     if run_page:
         from .run_page import run_page as _one_page
 
@@ -553,7 +701,7 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
     relay = relay_section(paths, redact=redact, max_depth=max_depth)
     if relay is not None:
         charts = {**charts, **relay.charts}
-    pages = run_pages(tables, sources=paths, redact=redact)
+    pages = run_pages(tables, sources=paths, redact=redact, detail=loaded.detail)
     progress("writing html", 0, 1)
     text = render_html(tables, sources=paths, redact=redact, charts=charts, relay=relay,
                        pages=pages)
@@ -567,7 +715,8 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
     return ReportResult(path=out, bytes=os.path.getsize(out), runs=runs.height,
                         charts=len(charts), images=images, seconds=time.perf_counter() - t0,
                         run_pages=len(pages),
-                        run_page_charts=sum(len(p.charts) for p in pages))
+                        run_page_charts=sum(len(p.charts) for p in pages),
+                        store=loaded.store, store_read=loaded.store_read)
 
 
 def is_run_dir(path: str) -> bool:

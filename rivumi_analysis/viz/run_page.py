@@ -403,7 +403,7 @@ def _tool_section(tc: pl.DataFrame | None, cap: int, redact: bool) -> str:
         return '<p class="muted">No tool calls.</p>'
     t = tc.sort(pl.coalesce("requested_sequence", "started_sequence", "completed_sequence"))
     ok = t.filter(pl.col("outcome") == "ok").height
-    counts = t.group_by("outcome").len().sort("len", descending=True)
+    counts = t.group_by("outcome", maintain_order=True).len().sort("len", descending=True)
     head = (f'<p class="muted">{t.height} tool call(s): ' + ", ".join(
         f"{n} {_e(o)}" for o, n in counts.iter_rows()) + f" ({ok} ok).</p>")
     cols = [c for c in ("step", "requested_sequence", "completed_sequence", "name", "effect",
