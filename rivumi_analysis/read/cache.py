@@ -43,6 +43,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -142,7 +143,12 @@ def fingerprint(run_dir: str, held_keys: frozenset[str],
     lock file's ``ctime_ns``/``mtime_ns``/size instead, as for every other file, and passes
     False both when it looks a run up and when it stores it).
     """
-    if names is not None and not lock_content:
+    if not lock_content:
+        if names is None:
+            try:
+                names = os.listdir(run_dir)
+            except OSError:
+                return None
         return _fingerprint_listed(run_dir, held_keys, names)
     try:
         dfd = os.open(run_dir, _DIR_FLAGS)
@@ -179,40 +185,73 @@ def fingerprint(run_dir: str, held_keys: frozenset[str],
     return Fingerprint(msgspec.msgpack.encode(parts), newest, events_identity)
 
 
+# (mode, size, mtime, ctime, inode, device) of an entry, in one C-level call
+_STAT_KEY = attrgetter("st_mode", "st_size", "st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev")
+_MTIME = attrgetter("st_mtime_ns")
+
+
 def _fingerprint_listed(run_dir: str, held_keys: frozenset[str],
                         names: list[str]) -> Fingerprint | None:
     """:func:`fingerprint` of a folder already listed, by path (``stat`` of the folder, an
-    ``lstat`` per entry): the same parts, without opening the folder or the lock file."""
-    from .snapshot import _lock_key
+    ``lstat`` per entry), without opening the folder or the lock file.
 
+    The warm audit's whole cost is this per run, so it runs no Python per entry: the paths,
+    the ``lstat`` calls and each entry's stat fields are C-level ``map``s, and the key is
+    one msgpack encoding of the folder's identity, the names and those fields.
+    """
     try:
         top = os.stat(run_dir)
     except OSError:
         return None
     if not stat.S_ISDIR(top.st_mode):
         return None
-    parts: list[Any] = [top.st_dev, top.st_ino, top.st_mode]
-    append = parts.append
+    names = sorted(names)
+    try:
+        sts = list(map(os.lstat, map(os.path.join(run_dir, "").__add__, names)))
+    except OSError:  # an entry vanished since the listing: a key that shows it
+        return _fingerprint_vanished(run_dir, held_keys, names, top)
+    lock = None
+    if ".writer.lock" in names:
+        st = sts[names.index(".writer.lock")]
+        if stat.S_ISREG(st.st_mode):
+            from .snapshot import _lock_key
+
+            lock = _lock_key(st.st_dev, st.st_ino) in held_keys
+    events_identity = None
+    if "events.jsonl" in names:
+        st = sts[names.index("events.jsonl")]
+        if stat.S_ISREG(st.st_mode):
+            events_identity = (st.st_ino, st.st_dev)
+    blob = msgspec.msgpack.encode((top.st_dev, top.st_ino, top.st_mode, names,
+                                   list(map(_STAT_KEY, sts)), lock))
+    return Fingerprint(blob, max(map(_MTIME, sts), default=0), events_identity)
+
+
+def _fingerprint_vanished(run_dir: str, held_keys: frozenset[str], names: list[str],
+                          top: os.stat_result) -> Fingerprint:
+    """The per-entry form of :func:`_fingerprint_listed` when an entry cannot be stat-ed
+    (``None`` in its place): never equal to the key of a folder whose entries all exist."""
+    from .snapshot import _lock_key
+
+    fields: list[Any] = []
     newest = 0
     events_identity = None
-    lstat = os.lstat
-    is_reg = stat.S_ISREG
+    lock = None
     prefix = os.path.join(run_dir, "")
-    for name in sorted(names):
+    for name in names:
         try:
-            st = lstat(prefix + name)
+            st = os.lstat(prefix + name)
         except OSError:
-            append([name, None])
+            fields.append(None)
             continue
-        mtime = st.st_mtime_ns
-        append([name, st.st_mode, st.st_size, mtime, st.st_ctime_ns, st.st_ino, st.st_dev])
-        if mtime > newest:
-            newest = mtime
-        if name == "events.jsonl" and is_reg(st.st_mode):
+        fields.append(_STAT_KEY(st))
+        newest = max(newest, st.st_mtime_ns)
+        if name == "events.jsonl" and stat.S_ISREG(st.st_mode):
             events_identity = (st.st_ino, st.st_dev)
-        elif name == ".writer.lock" and is_reg(st.st_mode):
-            append(["lock", None, _lock_key(st.st_dev, st.st_ino) in held_keys])
-    return Fingerprint(msgspec.msgpack.encode(parts), newest, events_identity)
+        elif name == ".writer.lock" and stat.S_ISREG(st.st_mode):
+            lock = _lock_key(st.st_dev, st.st_ino) in held_keys
+    blob = msgspec.msgpack.encode((top.st_dev, top.st_ino, top.st_mode, names, fields, lock))
+    return Fingerprint(blob, newest, events_identity)
 
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -330,15 +369,18 @@ class AuditCache:
                 os.unlink(self.path + suffix)
 
     def get_many(self, keys: list[str]) -> dict[str, Entry]:
+        """The rows of ``keys`` (absent keys are absent), by one scan of the key range they
+        span (a fleet's keys share their root's prefix, so the range holds few others)."""
         db = self._connect()
         out: dict[str, Entry] = {}
-        if db is None:
+        if db is None or not keys:
             return out
+        wanted = set(keys)
         try:
-            for i in range(0, len(keys), 500):
-                chunk = keys[i:i + 500]
-                q = f"SELECT key, fp, record FROM runs WHERE key IN ({','.join('?' * len(chunk))})"
-                for key, fp, rec in db.execute(q, chunk):
+            for key, fp, rec in db.execute(
+                    "SELECT key, fp, record FROM runs WHERE key BETWEEN ? AND ?",
+                    (min(keys), max(keys))):
+                if key in wanted:
                     out[key] = Entry(fp, rec, None)
         except sqlite3.DatabaseError:
             self.close()
@@ -377,6 +419,23 @@ class AuditCache:
             with contextlib.suppress(sqlite3.DatabaseError):
                 self._db.close()
             self._db = None
+
+
+def decode_records(blobs: list[bytes]) -> list[dict[str, Any] | None]:
+    """:func:`decode_record` of each blob; one decoder call for all of them when they are all
+    valid (the warm audit's common case)."""
+    if not blobs:
+        return []
+    try:
+        recs = msgspec.json.decode(b"[" + b",".join(blobs) + b"]")
+    except msgspec.DecodeError:
+        recs = None
+    # the join of valid records is their array; anything else (a row holding "1],[2", a
+    # corrupt byte) is decoded one blob at a time
+    if isinstance(recs, list) and len(recs) == len(blobs) and all(
+            type(r) is dict for r in recs):
+        return recs
+    return [decode_record(b) for b in blobs]
 
 
 def decode_record(blob: bytes) -> dict[str, Any] | None:
@@ -530,17 +589,22 @@ def run_fleet(locations: list[Any], *, recorder: Recorder, jobs: int | None,
         keys = [run_key(loc.run_dir, loc.is_subagent, loc.parent_run_dir) for loc in locations]
         entries = cache.get_many([k for k in keys if k is not None])
     hits = 0
+    fps: list[Fingerprint | None] = [None] * len(locations)
+    if cache is not None:
+        fps = [fingerprint(loc.run_dir, held, listings.get(loc.run_dir), lock_content=False)
+               for loc in locations]
+        # the hits' records decoded in one call (a bad row is a miss: decoded alone)
+        hit_at = [i for i, (key, fp) in enumerate(zip(keys, fps, strict=True))
+                  if fp is not None and key in entries and entries[key].fp == fp.blob]
+        for i, rec in zip(hit_at, decode_records([entries[keys[i]].record  # type: ignore[index]
+                                                  for i in hit_at]), strict=True):
+            records[i] = rec
+        hits = len(locations) - records.count(None)
     for i, loc in enumerate(locations):
-        key = keys[i]
-        fp = (fingerprint(loc.run_dir, held, listings.get(loc.run_dir), lock_content=False)
-              if key is not None else None)
+        if records[i] is not None:
+            continue
+        key, fp = keys[i], fps[i]
         ent = entries.get(key) if key is not None else None
-        if fp is not None and ent is not None and ent.fp == fp.blob:
-            rec = decode_record(ent.record)
-            if rec is not None:
-                records[i] = rec
-                hits += 1
-                continue
         prefix = (cache.get_prefix(key) if cache is not None and key is not None
                   and ent is not None and fp is not None and fp.events_identity is not None
                   else None)

@@ -146,7 +146,15 @@ def _entries(path: str) -> list[os.DirEntry[str]] | None:
         return None
 
 
-def _is_run_dir(names: set[str]) -> bool:
+def _names(path: str) -> list[str] | None:
+    """Sorted entry names (``listdir``: no entry object; the order of :func:`_entries`)."""
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return None
+
+
+def _is_run_dir(names: list[str]) -> bool:
     return any(m in names for m in RUN_MARKERS)
 
 
@@ -197,13 +205,12 @@ def discover_listing(listing: str) -> Discovery:
 def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
           skipped: list[Skipped], seen: set[str], *, is_top: bool, source_root: str,
           listings: dict[str, list[str]] | None = None) -> None:
-    entries = _entries(path)
-    if entries is None:
+    # names first (a run folder needs no entry kinds: a fleet's listing is mostly runs)
+    listed = _names(path)
+    if listed is None:
         skipped.append(Skipped(path, "unreadable"))
         return
-    listed = [e.name for e in entries]
-    names = set(listed)
-    if _is_run_dir(names):
+    if _is_run_dir(listed):
         if path not in seen:
             seen.add(path)
             # a source that is itself a run: its path is relative to the folder holding it
@@ -211,9 +218,13 @@ def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
             runs.append(RunLocation(path, source_root=root))
             if listings is not None:
                 listings[path] = listed
-            if "subagents" in names:
-                _walk_subagents(path, entries, runs, skipped, seen, depth=0,
+            if "subagents" in listed:
+                _walk_subagents(path, runs, skipped, seen, depth=0,
                                 max_depth=max_depth, source_root=root, listings=listings)
+        return
+    entries = _entries(path)  # a folder of runs: the kinds of its entries
+    if entries is None:
+        skipped.append(Skipped(path, "unreadable"))
         return
     for e in entries:
         if e.name.startswith("."):
@@ -233,15 +244,15 @@ def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
         # regular files in a non-run folder are simply not runs
 
 
-def _walk_subagents(run_dir: str, entries: list[os.DirEntry[str]], runs: list[RunLocation],
+def _walk_subagents(run_dir: str, runs: list[RunLocation],
                     skipped: list[Skipped], seen: set[str], *, depth: int,
                     max_depth: int, source_root: str | None = None,
                     listings: dict[str, list[str]] | None = None) -> None:
-    sub = next((e for e in entries if e.name == "subagents"), None)
-    if sub is None:
-        return
     sub_path = os.path.join(run_dir, "subagents")
-    kind = _entry_kind(sub)
+    kind = _path_kind(sub_path)
+    if kind == "unreadable":
+        skipped.append(Skipped(sub_path, "unreadable"))
+        return
     if kind == "symlink":
         skipped.append(Skipped(sub_path, "symlink"))
         return
@@ -266,7 +277,7 @@ def _walk_subagents(run_dir: str, entries: list[os.DirEntry[str]], runs: list[Ru
         if depth + 1 > max_depth:
             skipped.append(Skipped(child, "depth_limit"))
             continue
-        grand = _entries(child)
+        grand = _names(child)
         if grand is None:
             skipped.append(Skipped(child, "unreadable"))
             continue
@@ -276,9 +287,26 @@ def _walk_subagents(run_dir: str, entries: list[os.DirEntry[str]], runs: list[Ru
         runs.append(RunLocation(child, is_subagent=True, parent_run_dir=run_dir,
                                 source_root=source_root))
         if listings is not None:
-            listings[child] = [e.name for e in grand]
-        _walk_subagents(child, grand, runs, skipped, seen, depth=depth + 1, max_depth=max_depth,
-                        source_root=source_root, listings=listings)
+            listings[child] = grand
+        if "subagents" in grand:
+            _walk_subagents(child, runs, skipped, seen, depth=depth + 1, max_depth=max_depth,
+                            source_root=source_root, listings=listings)
+
+
+def _path_kind(path: str) -> str:
+    """:func:`_entry_kind` of a path (``lstat``, never following a symlink); ``missing`` when
+    it is gone, ``unreadable`` when it cannot be stat-ed (what listing it would say)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError:
+        return "unreadable"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    return "file" if stat.S_ISREG(mode) else "other"
 
 
 def _entry_kind(e: os.DirEntry[str]) -> str:
