@@ -41,7 +41,7 @@ import pickle
 import sqlite3
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -492,9 +492,11 @@ class Job:
     prefix: bytes | None = None     # pickled EventsPrefix from the cache (may not apply)
 
 
-def audit_job(job: Job, held_keys: frozenset[str],
-              recorder: Recorder) -> tuple[dict[str, Any], tuple | None]:
-    """Audit one run; return its record and the cache row to store (or None)."""
+def audit_job(job: Job, held_keys: frozenset[str], recorder: Recorder,
+              locks: frozenset[str] | None = None) -> tuple[dict[str, Any], tuple | None]:
+    """Audit one run; return its record and the cache row to store (or None).
+
+    ``locks``: ``/proc/locks`` as read for the batch this run is in (None: read it now)."""
     from .discovery import RunLocation
     from .snapshot import read_run
 
@@ -506,7 +508,7 @@ def audit_job(job: Job, held_keys: frozenset[str],
         run = read_run(job.run_dir, is_subagent=job.is_subagent,
                        parent_run_dir=job.parent_run_dir, events_prefix=prefix,
                        decoded_out=decoded if job.key is not None else None,
-                       clean=recorder.clean)
+                       clean=recorder.clean, held_locks=locks)
         record = recorder.compute(run)
     except Exception as exc:  # one bad run must not stop a fleet audit
         return recorder.on_error(loc, exc), None
@@ -547,18 +549,29 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+LOCKS_BATCH = 64
+"""Runs audited per read of ``/proc/locks`` (a worker's chunk holds at most this many)."""
+
+
 def _chunk_worker(jobs: list[Job], held_keys: frozenset[str],
                   recorder: Recorder) -> list[tuple[dict, tuple | None]]:
+    return list(_audit_jobs(jobs, held_keys, recorder))
+
+
+def _audit_jobs(jobs: list[Job], held_keys: frozenset[str],
+                recorder: Recorder) -> Iterator[tuple[dict, tuple | None]]:
     import gc
 
-    out = []
-    for job in jobs:
+    locks = None
+    for n, job in enumerate(jobs):
+        if n % LOCKS_BATCH == 0:  # which writer locks are held: read once per batch of runs
+            locks = proc_locked_keys()
         gc.disable()  # parsing builds many containers and no cycles: skip the collector
         try:
-            out.append(audit_job(job, held_keys, recorder))
+            result = audit_job(job, held_keys, recorder, locks)
         finally:
             gc.enable()
-    return out
+        yield result
 
 
 def _pool_context() -> Any:
@@ -631,8 +644,8 @@ def run_fleet(locations: list[Any], *, recorder: Recorder, jobs: int | None,
                 if progress is not None:
                     progress(len(chunk))
     else:
-        for i, job in todo:
-            rec, row = _chunk_worker([job], held, recorder)[0]
+        results = _audit_jobs([job for _i, job in todo], held, recorder)
+        for (i, _job), (rec, row) in zip(todo, results, strict=True):
             records[i] = rec
             if row is not None:
                 to_store.append(row)

@@ -291,8 +291,13 @@ def _lock_key(st_dev: int, st_ino: int) -> str:
     return f"{os.major(st_dev):02x}:{os.minor(st_dev):02x}:{st_ino}"
 
 
-def _writer_lock(run_dir: str) -> tuple[str | None, bool]:
-    """Token in ``.writer.lock`` and whether some process holds the lock (never taking it)."""
+def _writer_lock(run_dir: str, held_locks: frozenset[str] | None = None,
+                 ) -> tuple[str | None, bool]:
+    """Token in ``.writer.lock`` and whether some process holds the lock (never taking it).
+
+    ``held_locks``: the keys of ``/proc/locks`` as the caller read them for a batch of runs
+    (``read.cache.proc_locked_keys``); None reads them now.
+    """
     path = os.path.join(run_dir, ".writer.lock")
     fr = read_file(path, limit=4096)
     if fr.status != "ok" or fr.data is None or fr.identity is None:
@@ -302,7 +307,7 @@ def _writer_lock(run_dir: str) -> tuple[str | None, bool]:
     if m:
         token = m.group(1).decode("ascii")
     held = False
-    keys = _proc_locked_inodes()
+    keys = _proc_locked_inodes() if held_locks is None else held_locks
     if keys:
         _size, _mtime, ino, dev = fr.identity
         held = _lock_key(dev, ino) in keys
@@ -313,7 +318,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
              parent_run_dir: str | None = None, events_prefix: Any = None,
              decoded_out: list[Any] | None = None, source_root: str | None = None,
              columnar: bool = False, with_request: bool = False,
-             clean: bool = False) -> RunData:
+             clean: bool = False, held_locks: frozenset[str] | None = None) -> RunData:
     """Read one run directory into a :class:`RunData`. Never raises for bad content.
 
     A live run is re-read until ``session.json`` and ``events.jsonl`` were not replaced
@@ -334,11 +339,24 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     run is clean (``read.cleanlog.clean_log``; engine not ``exact``), ``RunData.fast`` holds
     its columns and no per-line object is built; the verdict rules read the columns
     (:func:`clean_objects` gives the objects, :func:`exact_run` the complete snapshot).
-    ``decoded_out`` then receives nothing.
+    ``decoded_out`` then receives nothing. The folder is listed first, and a file the
+    listing does not hold is ``missing`` without being opened (a local run's audit opens
+    only what exists; the listing is a snapshot taken before the files, as the files are).
+
+    ``held_locks``: the keys of ``/proc/locks`` read once for a batch of runs
+    (``read.cache.proc_locked_keys``), instead of once per run; None reads them now.
     """
     # object-storage runs (``s3://...``) read through ``read.uri``; local paths as always
-    read_file, lstat_identity, _listing, _writer_lock = _io_for(run_dir)
-    not_read = (_NOT_FOR_STATES if with_request else _NOT_FOR_COLUMNS) if columnar else ()
+    io = _io_for(run_dir)
+    read_file, lstat_identity, _listing = io[0], io[1], io[2]
+    not_read: Any = (_NOT_FOR_STATES if with_request else _NOT_FOR_COLUMNS) if columnar else ()
+    listing: tuple[str, ...] | None = None
+    if clean and not columnar and io is _LOCAL_IO:
+        listing = _listing(run_dir)
+        if listing:  # (empty: unlistable or empty, so nothing is known absent)
+            absent = _RUN_FILES.difference(listing)
+            if absent:
+                not_read = {name: _MISSING for name in absent}
     live_changed = True
     session_path = os.path.join(run_dir, "session.json")
     for attempt in range(STABLE_READ_ATTEMPTS):
@@ -349,7 +367,8 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
         # the log we read is not ahead of it.
         before = lstat_identity(session_path)
         files = {name: read_file(os.path.join(run_dir, name)) if name not in not_read
-                 else _NOT_READ for name in ("session.json", "request.json", "events.jsonl")}
+                 else _skipped(not_read, name)
+                 for name in ("session.json", "request.json", "events.jsonl")}
         after = lstat_identity(session_path)
         ev = files["events.jsonl"]
         events_now = lstat_identity(os.path.join(run_dir, "events.jsonl"))
@@ -371,8 +390,9 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
             break
     for name in ("result.json", "checkpoint.json", "backend-result.json"):
         files[name] = read_file(os.path.join(run_dir, name), limit=RUNNER_FILE_LIMIT * 4) if (
-            name not in not_read) else _NOT_READ
-    listing = _listing(run_dir) if not columnar else ()
+            name not in not_read) else _skipped(not_read, name)
+    if listing is None:
+        listing = _listing(run_dir) if not columnar else ()
     manifest, manifest_error = _parse_json_doc(files["session.json"])
     request, request_error = _parse_json_doc(files["request.json"])
     result, _ = _parse_json_doc(files["result.json"])
@@ -418,7 +438,12 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
             events = _with_native_warnings(events, events_bytes or b"")
             lines = _merge_line_warnings(lines, events)
         run_id = _run_id(manifest, events, checkpoint)
-    token, held = _writer_lock(run_dir) if not columnar else (None, False)
+    if columnar or ".writer.lock" in not_read:
+        token, held = None, False
+    elif io is _LOCAL_IO:
+        token, held = _writer_lock(run_dir, held_locks)
+    else:
+        token, held = io[3](run_dir)
     return RunData(
         run_dir=run_dir, kind=kind, run_id=run_id, is_subagent=is_subagent,
         parent_run_dir=parent_run_dir, listing=listing, files=files,
@@ -433,6 +458,17 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
         events_status=ev.status, writer_lock_token=token, writer_active=held,
         live_changed=live_changed, source_root=source_root, fast=fast,
     )
+
+
+_MISSING = FileRead("missing")
+# every entry read_run opens (the audit skips those its listing does not hold)
+_RUN_FILES = frozenset({"session.json", "request.json", "events.jsonl", "result.json",
+                        "checkpoint.json", "backend-result.json", ".writer.lock"})
+
+
+def _skipped(not_read: Any, name: str) -> FileRead:
+    """A file not opened: ``missing`` when the listing showed it absent, else ``not_read``."""
+    return not_read[name] if isinstance(not_read, dict) else _NOT_READ
 
 
 def _io_for(run_dir: str) -> tuple[Any, Any, Any, Any]:
