@@ -19,7 +19,7 @@ from .read.discovery import (
     discover,
     expand_path,
 )
-from .read.snapshot import RunData, read_run
+from .read.snapshot import RunData, gc_paused, read_run
 from .resume import TERMINAL_RUN_EVENTS, decide
 
 SCHEMA_VERSION = 1
@@ -217,14 +217,17 @@ def audit(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEPTH,
     use_cache = cache if cache is not None else cache_dir is not None
     # with the cache, each run folder's listing from discovery is its fingerprint's listing
     listings: dict[str, list[str]] | None = {} if use_cache else None
-    found = discover(source, max_depth=max_depth, listings=listings)
-    store = AuditCache(cache_dir, schema_version=SCHEMA_VERSION) if use_cache else None
-    try:
-        records = run_fleet(found.runs, recorder=RECORDER, jobs=jobs, cache=store,
-                            progress=progress, listings=listings)
-    finally:
-        if store is not None:
-            store.close()
+    # discovery and the records build many small acyclic objects: no collector passes (a
+    # warm audit is otherwise ~15 % collector)
+    with gc_paused():
+        found = discover(source, max_depth=max_depth, listings=listings)
+        store = AuditCache(cache_dir, schema_version=SCHEMA_VERSION) if use_cache else None
+        try:
+            records = run_fleet(found.runs, recorder=RECORDER, jobs=jobs, cache=store,
+                                progress=progress, listings=listings)
+        finally:
+            if store is not None:
+                store.close()
     runs = sorted(records, key=lambda r: r["run_dir"])
     skipped = [{"path": s.path, "reason": s.reason} for s in found.skipped]
     return AuditResult(runs=runs, skipped=skipped, root_used=found.root_used)

@@ -191,3 +191,22 @@ def test_discovery_lists_subagents_as_before() -> None:
             expected.append(dirpath)
             assert listings[dirpath] == sorted(os.listdir(dirpath))
     assert sorted(expected) == sorted(loc.run_dir for loc in found.runs)
+
+
+def test_files_no_record_reads_count_by_name_only(tmp_path: Path) -> None:
+    """Only the files a record is read from are stat-ed for the key; rewriting another file
+    (``changes.patch``) is still a hit, and the hit equals a cold audit."""
+    import rivumi_analysis.read.cache as C
+
+    root, run = _aged_copy(tmp_path)
+    cache = tmp_path / "cache"
+    first = audit(str(root), jobs=1, cache_dir=cache).runs
+    (run / "changes.patch").write_text("something else entirely\n")
+    reads = []
+    real = C.audit_job
+    try:
+        C.audit_job = lambda *a, **k: reads.append(1) or real(*a, **k)  # type: ignore[assignment]
+        warm = audit(str(root), jobs=1, cache_dir=cache).runs
+    finally:
+        C.audit_job = real  # type: ignore[assignment]
+    assert not reads and warm == first == audit(str(root), jobs=1, cache=False).runs

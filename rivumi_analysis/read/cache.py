@@ -8,9 +8,12 @@ record schema version), so this module sits below the audit and imports nothing 
 A run's cached audit record is reused only when its *fingerprint* is unchanged. The
 fingerprint covers everything that can change the record:
 
-- the run folder itself (``stat``: device and inode) and its listing (every entry's name, mode,
-  size, ``mtime_ns``, ``ctime_ns``, inode and device, so temp leftovers, subagent folders and
-  files replaced by symlinks all show);
+- the run folder itself (``stat``: device and inode), its listing (every entry's name, so
+  temp leftovers and subagent folders show) and, for every file a record is read from
+  (``session.json``, ``request.json``, ``events.jsonl``, ``result.json``, ``checkpoint.json``,
+  ``backend-result.json``, ``.writer.lock``), its mode, size, ``mtime_ns``, ``ctime_ns``,
+  inode and device (so a rewrite, even of the same size with the mtime set back, and a file
+  replaced by a symlink show);
 - whether a live process holds ``.writer.lock`` (``/proc/locks``); its content (the writer
   token) counts through its listing entry (a rewrite changes its ``ctime_ns``; the store's
   fingerprint also hashes the content, ``lock_content=True``);
@@ -43,12 +46,14 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from operator import attrgetter
 from typing import Any
 
 import msgspec
 
 from .._version import __version__
+from .snapshot import _RUN_FILES, _lock_key
 
 CACHE_FORMAT = 1
 """Layout of the cache file (bump when the stored rows change shape)."""
@@ -119,7 +124,11 @@ def proc_locked_keys() -> frozenset[str]:
 
 
 def run_key(run_dir: str, is_subagent: bool, parent_run_dir: str | None) -> str:
-    return "\0".join((os.path.abspath(run_dir), run_dir, "1" if is_subagent else "0",
+    # discovery's paths are absolute and normal already: abspath (pure Python) only otherwise
+    normal = (run_dir[:1] == "/" and run_dir[-1:] != "/" and "/." not in run_dir
+              and "//" not in run_dir)
+    return "\0".join((run_dir if normal else os.path.abspath(run_dir), run_dir,
+                      "1" if is_subagent else "0",
                       parent_run_dir if parent_run_dir is not None else "\1"))
 
 
@@ -174,8 +183,6 @@ def fingerprint(run_dir: str, held_keys: frozenset[str],
             if name == "events.jsonl" and stat.S_ISREG(st.st_mode):
                 events_identity = (st.st_ino, st.st_dev)
             elif name == ".writer.lock" and stat.S_ISREG(st.st_mode):
-                from .snapshot import _lock_key
-
                 parts.append(["lock", _read_small(name, dfd) if lock_content else None,
                               _lock_key(st.st_dev, st.st_ino) in held_keys])
     except OSError:
@@ -192,34 +199,39 @@ _MTIME = attrgetter("st_mtime_ns")
 
 def _fingerprint_listed(run_dir: str, held_keys: frozenset[str],
                         names: list[str]) -> Fingerprint | None:
-    """:func:`fingerprint` of a folder already listed, by path (``stat`` of the folder, an
-    ``lstat`` per entry), without opening the folder or the lock file.
+    """:func:`fingerprint` of a folder already listed: an ``lstat`` per entry (relative to
+    the open folder), without reading the lock file.
 
-    The warm audit's whole cost is this per run, so it runs no Python per entry: the paths,
-    the ``lstat`` calls and each entry's stat fields are C-level ``map``s, and the key is
-    one msgpack encoding of the folder's identity, the names and those fields.
+    The warm audit's whole cost is this per run, so it runs no Python per entry: the
+    ``lstat`` calls and each entry's stat fields are C-level ``map``s, and the key is one
+    msgpack encoding of the folder's identity, the names and those fields.
     """
     try:
-        top = os.stat(run_dir)
+        dfd = os.open(run_dir, _DIR_FLAGS)
     except OSError:
         return None
-    if not stat.S_ISDIR(top.st_mode):
-        return None
-    names = sorted(names)
     try:
-        sts = list(map(os.lstat, map(os.path.join(run_dir, "").__add__, names)))
-    except OSError:  # an entry vanished since the listing: a key that shows it
-        return _fingerprint_vanished(run_dir, held_keys, names, top)
+        top = os.fstat(dfd)
+        names = sorted(names)
+        # the files a record is read from (read_run's); of the other entries only the names
+        # count (atomic-write leftovers; subagent folders are runs of their own)
+        read = list(filter(_RUN_FILES.__contains__, names))
+        try:
+            sts = list(map(partial(os.lstat, dir_fd=dfd), read))
+        except OSError:  # an entry vanished since the listing: a key that shows it
+            return _fingerprint_vanished(dfd, held_keys, names, read, top)
+    except OSError:
+        return None
+    finally:
+        os.close(dfd)
     lock = None
-    if ".writer.lock" in names:
-        st = sts[names.index(".writer.lock")]
+    if ".writer.lock" in read:
+        st = sts[read.index(".writer.lock")]
         if stat.S_ISREG(st.st_mode):
-            from .snapshot import _lock_key
-
             lock = _lock_key(st.st_dev, st.st_ino) in held_keys
     events_identity = None
-    if "events.jsonl" in names:
-        st = sts[names.index("events.jsonl")]
+    if "events.jsonl" in read:
+        st = sts[read.index("events.jsonl")]
         if stat.S_ISREG(st.st_mode):
             events_identity = (st.st_ino, st.st_dev)
     blob = msgspec.msgpack.encode((top.st_dev, top.st_ino, top.st_mode, names,
@@ -227,20 +239,17 @@ def _fingerprint_listed(run_dir: str, held_keys: frozenset[str],
     return Fingerprint(blob, max(map(_MTIME, sts), default=0), events_identity)
 
 
-def _fingerprint_vanished(run_dir: str, held_keys: frozenset[str], names: list[str],
-                          top: os.stat_result) -> Fingerprint:
-    """The per-entry form of :func:`_fingerprint_listed` when an entry cannot be stat-ed
-    (``None`` in its place): never equal to the key of a folder whose entries all exist."""
-    from .snapshot import _lock_key
-
+def _fingerprint_vanished(dfd: int, held_keys: frozenset[str], names: list[str],
+                          read: list[str], top: os.stat_result) -> Fingerprint:
+    """The per-entry form of :func:`_fingerprint_listed` when a file cannot be stat-ed
+    (``None`` in its place): never equal to the key of a folder whose files all exist."""
     fields: list[Any] = []
     newest = 0
     events_identity = None
     lock = None
-    prefix = os.path.join(run_dir, "")
-    for name in names:
+    for name in read:
         try:
-            st = os.lstat(prefix + name)
+            st = os.lstat(name, dir_fd=dfd)
         except OSError:
             fields.append(None)
             continue

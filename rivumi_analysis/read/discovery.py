@@ -154,8 +154,11 @@ def _names(path: str) -> list[str] | None:
         return None
 
 
+_MARKERS = frozenset(RUN_MARKERS)
+
+
 def _is_run_dir(names: list[str]) -> bool:
-    return any(m in names for m in RUN_MARKERS)
+    return not _MARKERS.isdisjoint(names)
 
 
 def discover(source: Source | None, *, max_depth: int = DEFAULT_MAX_DEPTH,
