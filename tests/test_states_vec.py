@@ -26,7 +26,7 @@ from tests.test_replay_helpers import RUN_ID, Log, manifest, stamp, write_run
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_RUNS = ROOT / "sample_runs"
 EXAMPLE = Path(__file__).resolve().parent / "fixtures/example/a66038f97f204cb3aaa96339f195c37e"
-_KNOWN_REASONS = {"duplicate_sequence", "pending_calls_at_settle", "tool_calls_not_strings",
+_KNOWN_REASONS = {"duplicate_sequence", "tool_calls_not_strings",
                   "overlapping_approvals", "unhashable_verification_name"}
 
 
@@ -297,3 +297,24 @@ def test_hand_made_edge_logs(tmp_path):
     run = write_run(tmp_path, "batch", log, manifest())
     ref = _check(str(run))
     assert ref["side_effects_in_flight"].max() == 2
+
+
+def test_calls_pending_at_a_settle_point_are_vectorised(tmp_path):
+    # §10.1: the tripping call never reaches the log (repeat of the last name), a call with a
+    # new name gets an unknown fingerprint, several pending calls settle in order, and a
+    # session.continued forgets the last name (so a pending call after it is a new key)
+    log = Log().add("run.created").model(1, tool_calls=["shell"]).tool("a", "shell", {"c": 1})
+    log.model(2, tool_calls=["shell"]).tool("b", "shell", {"c": 1})
+    log.model(3, tool_calls=["shell"]).add("run.failed", terminal_reason="repeated_action")
+    log.add("session.continued").model(4, tool_calls=["read_file", "shell", "read_file"])
+    log.tool("c", "shell", {"c": 2})  # one of the three is logged, two are still pending
+    log.add("loop.wind_down_started", step=4)
+    log.model(5, tool_calls=["shell"]).add("session.resumed", resumed_step=5)
+    log.model(6, tool_calls=["shell"]).add("run.completed", terminal_reason="verified")
+    run = write_run(tmp_path, "settle", log, manifest())
+    assert fallback_reasons([read_run(str(run))]) == {}
+    ref = _check(str(run))
+    _assert_same(ref, states_df(str(run), engine="vectorized"))
+    assert ref["unlogged_guard_calls"].to_list()[-1] == 4
+    assert ref.filter(pl.col("event_type") == "run.failed")["repeat_count"].to_list() == [3]
+    assert ref["fingerprint_unknown"].any() and ref["repeat_count"].max() == 3

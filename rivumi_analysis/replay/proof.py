@@ -58,7 +58,7 @@ def replay_accepts_fast(run: RunData, envelope_ok: bool) -> bool:
         return True
     events = run.events
     if (not envelope_ok or not data.endswith(b"\n") or b"\\u0000" in data
-            or _SURROGATE_ESCAPE.search(data) is not None
+            or (b"\\u" in data and _SURROGATE_ESCAPE.search(data) is not None)
             or len(events) > MAX_EVENTS or len(events) != len(run.lines)
             or any(e.warnings for e in events)):
         return False

@@ -18,17 +18,16 @@ its state is a prefix aggregate, so here it becomes window expressions partition
 
 Two small parts stay sequential, over the few events that touch them only (not per row): the
 repeat guard (§10.1: it needs the sha256 fingerprint of each requested call, computed with the
-reducer's own :func:`~rivumi_analysis.replay.reducer.fingerprint`) and open approvals (request ids and
-their waits). Their per-event results are then forward filled by polars.
+reducer's own :func:`~rivumi_analysis.replay.reducer.fingerprint`, and the calls a settle point
+finds still pending are evaluated unlogged exactly as ``reducer._settle_pending`` does) and open
+approvals (request ids and their waits). Their per-event results are then forward filled (or
+summed) by polars.
 
 A run whose log the vectorised path cannot express exactly falls back to the reference
 reducer (``engine="auto"``), so the table always equals the reference. The reasons (see
 :func:`fallback_reasons`):
 
 * ``duplicate_sequence``: the reducer rejects the event and keeps the state (state-atomic);
-* ``pending_calls_at_settle``: a tool call the model asked for never reached the log before the
-  next step or terminal event (the repeat-guard trip or an unlogged call, §10.1), so the
-  reducer's ``_settle_pending`` heuristics apply;
 * ``tool_calls_not_strings``: a ``model.completed.tool_calls`` entry that is not a string;
 * ``overlapping_approvals``: an ``approval.requested`` while another one is still open (the
   open-wait sums would depend on the order of several entries);
@@ -42,14 +41,17 @@ proof does not go through, the exact :func:`rivumi_analysis.replay.runner.replay
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ..read.snapshot import Event, RunData
+from ..read.snapshot import RunData
 from .proof import replay_accepts_fast
 from .reducer import (
     REPEAT_TRIP,
@@ -114,6 +116,8 @@ STATE_COLUMNS: dict[str, pl.DataType] = {
 }
 
 _UNKNOWN_TOOL_PREFIX = "Unknown tool"
+_GEN_TYPES = ("approval.requested", "approval.resolved", "approval.reused",
+              "verification.completed")  # what infer_generation reads
 _TERMINAL = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
 _SETTLE = frozenset({"model.requested", "loop.wind_down_started", *_TERMINAL})
 _GUARD_TYPES = frozenset({"model.completed", "tool.requested", "tool.completed",
@@ -170,19 +174,22 @@ def _fork_accepted(run: RunData, envelope_ok: bool) -> bool:
 # --------------------------------------------------------------------------------------------
 # Sequential kernels over the few events that touch the guard and approvals
 # --------------------------------------------------------------------------------------------
-def _guard_scan(evs: Sequence[Event], idx: Sequence[int], cnt: list[Any], fp_set: list[Any],
-                fp: list[Any], unk: list[Any], gname: list[Any]) -> str | None:
-    """§10.1 over one run's guard-relevant events (in file order); fills the setter columns.
+def _guard_scan(ev: _Flat, idx: Sequence[int], cnt: list[Any], fp_set: list[Any],
+                fp: list[Any], unk: list[Any], unl: list[Any]) -> str | None:
+    """§10.1 over one run's guard-relevant events (in file order); fills the setter columns
+    (``unl``: calls settled unlogged at the event, summed by the window expressions).
 
-    Returns a fallback reason when a settle point still has pending calls.
+    Returns a fallback reason for a ``model.completed`` whose ``tool_calls`` are not all
+    strings.
     """
     last_key: str | None = None
+    last_name: Any = None  # the reducer's last_call_name (any JSON value)
     count = 0
     pending: list[Any] = []
+    types, datas = ev.types, ev.datas
     for i in idx:
-        e = evs[i]
-        et = e.event_type
-        d = e.data
+        et = types[i]
+        d = datas[i]
         if et == "tool.requested":
             args = d.get("arguments")
             name = d.get("name")
@@ -214,43 +221,55 @@ def _guard_scan(evs: Sequence[Event], idx: Sequence[int], cnt: list[Any], fp_set
             continue
         elif et == "session.continued":
             count = 0
-            last_key = None
+            last_key = last_name = None
             pending = []
             cnt[i] = 0
             fp_set[i] = True
             fp[i] = None
             unk[i] = False
             continue
-        else:  # a settle point (§10.1 unlogged calls): only the empty case is vectorised
+        else:  # a settle point: the calls still pending were evaluated unlogged (§10.1)
             if pending:
-                return "pending_calls_at_settle"
+                # reducer._settle_pending, call by call: a name like the last call repeats
+                # it; any other gets a fresh "unlogged:" key and an unknown fingerprint
+                seq = ev.seqs[i]
+                for j, pname in enumerate(pending):
+                    if last_key is not None and pname == last_name:
+                        count += 1
+                        continue
+                    key = "unlogged:" + fingerprint(pname, {"sequence": seq, "index": j})
+                    count = count + 1 if last_key is not None and key == last_key else 1
+                    last_key, last_name = key, pname
+                    fp_set[i], fp[i], unk[i] = True, None, True
+                cnt[i] = count
+                unl[i] = len(pending)
+                pending = []
             continue
         count = count + 1 if last_key is not None and key == last_key else 1
-        last_key = key
+        last_key, last_name = key, name
         if name in pending:
             pending.remove(name)
         cnt[i] = count
         fp_set[i] = True
         fp[i] = real
         unk[i] = unknown
-        gname[i] = name if isinstance(name, str) else None
     return None
 
 
-def _approval_scan(evs: Sequence[Event], idx: Sequence[int], t_us: Sequence[int | None],
-                   last_prev: Sequence[int | None], a_open: list[Any], a_t: list[Any],
+def _approval_scan(ev: _Flat, idx: Sequence[int], t_us: Sequence[int | None],
+                   last_prev: Mapping[int, int | None], a_open: list[Any], a_t: list[Any],
                    a_wait: list[Any], a_down: list[Any]) -> str | None:
     """Open approvals (at most one at a time) with their waits; fills the setter columns."""
     open_rid: str | None = None
     open_t: int | None = None
     is_open = False
+    types, datas = ev.types, ev.datas
     for i in idx:
-        e = evs[i]
-        et = e.event_type
+        et = types[i]
         if et == "approval.requested":
             if is_open:
                 return "overlapping_approvals"
-            open_rid = _str(e.data.get("request_id")) or f"#{e.sequence}"
+            open_rid = _str(datas[i].get("request_id")) or f"#{ev.seqs[i]}"
             open_t = t_us[i]
             is_open = True
             a_open[i] = 1
@@ -264,7 +283,7 @@ def _approval_scan(evs: Sequence[Event], idx: Sequence[int], t_us: Sequence[int 
                 a_down[i] = max(0.0, gap or 0.0)
             is_open = False
             a_open[i] = 0
-        elif is_open and open_rid == e.data.get("request_id"):  # resolved / abandoned
+        elif is_open and open_rid == datas[i].get("request_id"):  # resolved / abandoned
             when = t_us[i]
             waited = (when - open_t) / _US if when is not None and open_t is not None else None
             a_wait[i] = max(0.0, waited or 0.0)  # backwards timestamps: no wait (§10.3)
@@ -343,46 +362,97 @@ class _Ev:
 _TS_US = pa.timestamp("us", tz="UTC")
 
 
-def _inputs(runs: list[RunData], columns: Mapping[int, Any]) -> tuple[
-        list[Any], list[int], pa.Array, pa.Array, pa.Array, pa.Array, pl.Series]:
-    """Per-event inputs of the engine: objects with ``event_type``/``sequence``/``data``, and
-    the envelope columns, from each run's events or from its columnar rows."""
-    evs: list[Any] = []
+class _Flat:
+    """The per-event inputs of the sequential kernels, as parallel lists in file order (no
+    object per event): event types, sequences and ``data`` objects."""
+
+    __slots__ = ("datas", "seqs", "types")
+
+    def __init__(self, types: list[str], seqs: list[int], datas: list[Any]) -> None:
+        self.types, self.seqs, self.datas = types, seqs, datas
+
+
+_COLS = ("line_no", "sequence", "event_type", "created_at")
+
+
+def _arrow_inputs(runs: list[RunData], columns: Mapping[int, Any]) -> tuple[
+        list[Any], list[Any], list[int], list[pa.Array]]:
+    """``(datas, run_ids, lengths, [line_no, sequence, event_type, created_at])``: every
+    event's ``data`` object, each run's ``run_id`` values, and the envelope columns of all
+    runs as single Arrow arrays, from a run's columnar rows (``columns``) or its events.
+
+    Consecutive runs read as events become one array each (a flat pass, not one Arrow
+    conversion per run)."""
+    datas: list[Any] = []
+    rids: list[Any] = []
     lengths: list[int] = []
-    line_no: list[pa.Array] = []
-    seq: list[pa.Array] = []
-    etype: list[pa.Array] = []
-    ts: list[pa.Array] = []
-    rids: list[pl.Series] = []
+    parts: list[list[pa.Array]] = []
+    lines: list[int] = []
+    seqs: list[int] = []
+    types: list[str] = []
+    stamps: list[Any] = []
+
+    def flush() -> None:
+        if lines:
+            parts.append([pa.array(lines, pa.int64()), pa.array(seqs, pa.int64()),
+                          pa.array(types, pa.large_string()), pa.array(stamps, type=_TS_US)])
+            for held in (lines, seqs, types, stamps):
+                held.clear()
+
     for k, run in enumerate(runs):
         tab = columns.get(k)
         if tab is None:
             events = run.events
-            evs.extend(events)
+            lines += [e.line_no for e in events]
+            seqs += [e.sequence for e in events]
+            types += [e.event_type for e in events]
+            stamps += [e.created_at for e in events]
+            datas += [e.data for e in events]
+            rids.append([e.run_id for e in events])
             lengths.append(len(events))
-            line_no.append(pa.array([e.line_no for e in events], pa.int64()))
-            seq.append(pa.array([e.sequence for e in events], pa.int64()))
-            etype.append(pa.array([e.event_type for e in events], pa.large_string()))
-            ts.append(pa.array([e.created_at for e in events], type=_TS_US))
-            rids.append(pl.Series([e.run_id for e in events], dtype=pl.Utf8, strict=False))
             continue
+        flush()
         fast = run.fast
-        evs.extend([_Ev(e.event_type, e.sequence, o)
-                    for e, o in zip(fast.envelopes, fast.objects, strict=True)])
+        datas += fast.objects
+        rids.append({e.run_id for e in fast.envelopes})  # strings (the fast path's checks)
         lengths.append(tab.num_rows)
-        line_no.append(tab["line_no"].combine_chunks())
-        seq.append(tab["sequence"].combine_chunks())
-        etype.append(tab["event_type"].combine_chunks().cast(pa.large_string()))
-        ts.append(tab["created_at"].combine_chunks())
-        rids.append(pl.Series(tab["event_run_id"].combine_chunks().cast(pa.large_string()),
-                              dtype=pl.Utf8))
+        parts.append([tab[c].combine_chunks() for c in _COLS])
+    flush()
+    typs = (pa.int64(), pa.int64(), pa.large_string(), _TS_US)
+    cols = [pa.concat_arrays([p[j].cast(typ) for p in parts]) if parts else pa.array([], typ)
+            for j, typ in enumerate(typs)]
+    return datas, rids, lengths, cols
 
-    def cat(parts: list[pa.Array], typ: Any) -> pa.Array:
-        return pa.concat_arrays([p.cast(typ) for p in parts]) if parts else pa.array([], typ)
 
-    rid = pl.concat(rids) if rids else pl.Series([], dtype=pl.Utf8)
-    return (evs, lengths, cat(line_no, pa.int64()), cat(seq, pa.int64()),
-            cat(etype, pa.large_string()), cat(ts, _TS_US), rid)
+_PLAIN_RE = re.compile(r"[!-~]+")
+
+
+def _envelope_ok(ids: Any, types: list[str], columnar: bool) -> bool:
+    """One ``run_id`` (a string) and printable ASCII ids and types (the envelope part of
+    :func:`~rivumi_analysis.replay.proof.envelopes_ok`; sequences are checked apart). The
+    columnar fast path already proved every such string printable."""
+    if columnar:
+        return len(ids) == 1
+    if not ids or set(map(type, ids)) != {str}:
+        return False
+    distinct = set(ids)
+    return (len(distinct) == 1 and _PLAIN_RE.fullmatch(ids[0]) is not None
+            and all(_PLAIN_RE.fullmatch(t) for t in set(types)))
+
+
+def _prev_latest(t_us: Sequence[int | None], lo: int, hi: int,
+                 wanted: set[int]) -> dict[int, int | None]:
+    """For each row in ``wanted``: the latest time of the run's rows before it (the
+    reducer's ``last_time`` before the event), over rows ``lo:hi``."""
+    out: dict[int, int | None] = {}
+    last: int | None = None
+    for i in range(lo, hi):
+        if i in wanted:
+            out[i] = last
+        ti = t_us[i]
+        if ti is not None and (last is None or ti > last):
+            last = ti
+    return out
 
 
 def _columns_proof(run: RunData, tab: Any) -> bool:
@@ -432,6 +502,7 @@ _SETTERS: dict[str, tuple[pl.DataType, pa.DataType]] = {
     "_g_fp_set": (pl.Boolean(), pa.bool_()),
     "_g_fp": (pl.Utf8(), pa.large_string()),
     "_g_unk": (pl.Boolean(), pa.bool_()),
+    "_g_unl": (pl.Int64(), pa.int64()),
     "_a_open": (pl.Int64(), pa.int64()),
     "_a_t": (pl.Int64(), pa.int64()),
     "_a_wait": (pl.Float64(), pa.float64()),
@@ -451,25 +522,26 @@ _PER_RUN: dict[str, tuple[pl.DataType, pa.DataType]] = {
 }
 
 
-def _setters(evs: Sequence[Any], starts: list[int], by_type: Mapping[str, list[int]],
+def _setters(ev: _Flat, starts: list[int], by_type: Mapping[str, list[int]],
              guard_idx: list[int], appr_idx: list[int], t_list: Sequence[int | None],
-             last_prev: Sequence[int | None], reasons: dict[int, str]) -> dict[str, list[Any]]:
+             reasons: dict[int, str]) -> dict[str, list[Any]]:
     """The setter columns from the events that need them (adds fallback reasons)."""
-    n = len(evs)
+    n = len(ev.types)
+    datas, seqs = ev.datas, ev.seqs
 
     def col(default: Any = None) -> list[Any]:
         return [default] * n
 
     step_v = col()
     for i in by_type["model.requested"]:
-        v = evs[i].data.get("step")
+        v = datas[i].get("step")
         step_v[i] = v if type(v) is int else None
     # usage: (input, output, cached, reasoning, right total) per add; lane 0 primary 1 reviewer
     u_add, u_lane = col(False), col()
     u_in, u_out, u_cached, u_reason, u_rt = col(0), col(0), col(0), col(0), col(0)
     for lane, name in ((0, "model.completed"), (1, "role_lane.completed")):
         for i in by_type[name]:
-            u = evs[i].data.get("usage")
+            u = datas[i].get("usage")
             if not isinstance(u, Mapping):
                 continue
             inp, out = _int(u.get("input_tokens")), _int(u.get("output_tokens"))
@@ -482,16 +554,14 @@ def _setters(evs: Sequence[Any], starts: list[int], by_type: Mapping[str, list[i
     # side effects: tool keys and verification keys, +1 start / -1 completion
     tkey, tkind, vkey, vkind = col(), col(), col(), col()
     for i in by_type["tool.started"]:
-        e = evs[i]
-        tkey[i], tkind[i] = _str(e.data.get("tool_call_id")) or f"#{e.sequence}", 1
+        tkey[i], tkind[i] = _str(datas[i].get("tool_call_id")) or f"#{seqs[i]}", 1
     for i in by_type["tool.completed"]:
-        tkey[i], tkind[i] = _str(evs[i].data.get("tool_call_id")) or "", -1
+        tkey[i], tkind[i] = _str(datas[i].get("tool_call_id")) or "", -1
     for i in by_type["verification.started"]:
-        e = evs[i]
-        name = e.data.get("name")
-        vkey[i], vkind[i] = name if isinstance(name, str) else f"#{e.sequence}", 1
+        name = datas[i].get("name")
+        vkey[i], vkind[i] = name if isinstance(name, str) else f"#{seqs[i]}", 1
     for i in by_type["verification.completed"] + by_type["verification.reused"]:
-        name = evs[i].data.get("name")
+        name = datas[i].get("name")
         if isinstance(name, str):
             vkey[i], vkind[i] = name, -1
         elif isinstance(name, list | dict):
@@ -499,9 +569,9 @@ def _setters(evs: Sequence[Any], starts: list[int], by_type: Mapping[str, list[i
     term_reason = col()
     for name in _TERMINAL:
         for i in by_type[name]:
-            term_reason[i] = _str(evs[i].data.get("terminal_reason"))
+            term_reason[i] = _str(datas[i].get("terminal_reason"))
     # repeat guard and approvals, run by run over their few events
-    g_cnt, g_fp_set, g_fp, g_unk, g_name = col(), col(False), col(), col(), col()
+    g_cnt, g_fp_set, g_fp, g_unk, g_unl = col(), col(False), col(), col(), col(0)
     a_open, a_t, a_wait, a_down = col(), col(), col(0.0), col(0.0)
     gi = ai = 0
     for k in range(len(starts) - 1):
@@ -516,32 +586,42 @@ def _setters(evs: Sequence[Any], starts: list[int], by_type: Mapping[str, list[i
             ai += 1
         if k in reasons or lo == hi:
             continue
-        why = (_guard_scan(evs, g_run, g_cnt, g_fp_set, g_fp, g_unk, g_name)
-               or _approval_scan(evs, a_run, t_list, last_prev, a_open, a_t, a_wait, a_down))
+        why = _guard_scan(ev, g_run, g_cnt, g_fp_set, g_fp, g_unk, g_unl)
+        if not why and a_run:
+            resumed = {i for i in a_run if ev.types[i] == "session.resumed"}
+            last_prev = _prev_latest(t_list, lo, hi, resumed) if resumed else {}
+            why = _approval_scan(ev, a_run, t_list, last_prev, a_open, a_t, a_wait, a_down)
         if why:
             reasons[k] = why
     return {"_step_v": step_v, "_u_add": u_add, "_u_lane": u_lane, "_u_in": u_in,
             "_u_out": u_out, "_u_cached": u_cached, "_u_reason": u_reason, "_u_rt": u_rt,
             "_tkey": tkey, "_tkind": tkind, "_vkey": vkey, "_vkind": vkind,
             "_term_reason": term_reason, "_g_cnt": g_cnt, "_g_fp_set": g_fp_set, "_g_fp": g_fp,
-            "_g_unk": g_unk, "_a_open": a_open, "_a_t": a_t, "_a_wait": a_wait,
+            "_g_unk": g_unk, "_g_unl": g_unl, "_a_open": a_open, "_a_t": a_t, "_a_wait": a_wait,
             "_a_down": a_down}
 
 
-def _per_run(runs: Sequence[RunData], starts: list[int], evs: Sequence[Any],
+def _per_run(runs: Sequence[RunData], starts: list[int], ev: _Flat, gen_idx: list[int],
              reasons: Mapping[int, str], envelope_ok: set[int], charge: bool | None,
              columns: Mapping[int, Any]) -> dict[str, list[Any]]:
-    """The per-run constants (generation, charging rule, replay verdict, limits)."""
+    """The per-run constants (generation, charging rule, replay verdict, limits).
+
+    ``gen_idx``: the events :func:`~rivumi_analysis.replay.reducer.infer_generation` reads.
+    """
     gen, chg, accepted, max_steps, wall, max_tok = [], [], [], [], [], []
+    gi = 0
     for k, run in enumerate(runs):
+        hi = starts[k + 1]
+        signals: list[_Ev] = []
+        while gi < len(gen_idx) and gen_idx[gi] < hi:
+            i = gen_idx[gi]
+            signals.append(_Ev(ev.types[i], ev.seqs[i], ev.datas[i]))
+            gi += 1
         if k in reasons:
             gen.append(None), chg.append(None), accepted.append(None)
             max_steps.append(None), wall.append(None), max_tok.append(None)
             continue
-        lo, hi = starts[k], starts[k + 1]
-        g = infer_generation([e for e in evs[lo:hi] if e.event_type in (
-            "approval.requested", "approval.resolved", "approval.reused",
-            "verification.completed")], run.manifest)
+        g = infer_generation(signals, run.manifest)
         gen.append(g)
         chg.append(charge_waits_default(g) if charge is None else bool(charge))
         tab = columns.get(k)
@@ -562,104 +642,43 @@ def _per_run(runs: Sequence[RunData], starts: list[int], evs: Sequence[Any],
 
 def _compute(runs: list[RunData], charge: bool | None,
              columns: Mapping[int, Any] | None = None) -> tuple[pl.DataFrame, dict[int, str]]:
-    columns = columns or {}
-    # ---- envelope columns (one flat list of events; no per-event objects are created)
-    evs, lengths, a_line, a_seq, a_type, a_ts, a_rid = _inputs(runs, columns)
-    n = len(evs)
-    run_ord = (pl.int_range(len(runs), eager=True, dtype=pl.Int64)
-               .repeat_by(pl.Series(lengths, dtype=pl.UInt32)).explode().drop_nulls()
-               if runs else pl.Series([], dtype=pl.Int64))
-    base = pl.DataFrame({
-        "_r": run_ord.cast(pl.Int64),
-        "line_no": pl.Series(a_line, dtype=pl.Int64),
-        "sequence": pl.Series(a_seq, dtype=pl.Int64),
-        "event_type": pl.Series(a_type, dtype=pl.Utf8),
-        "created_at": pl.from_arrow(a_ts) if n else pl.Series([], dtype=pl.Datetime("us", "UTC")),
-    })
-    t = pl.col("created_at").cast(pl.Int64)
-    facts = base.select(
-        "_r",
-        t.alias("_t"),
-        t.cum_max().forward_fill().over("_r").alias("_last"),
-        pl.col("sequence").is_duplicated().any().over("_r").alias("_dup"),
-    ).with_columns(pl.col("_last").shift(1).over("_r").alias("_last_prev"))
-
-    # ---- which runs fall back, and the data fields, from the events that need them
-    reasons: dict[int, str] = {}
-    starts = [0]
-    for ln in lengths:
-        starts.append(starts[-1] + ln)
-    dup = base.select("_r", facts["_dup"]).group_by("_r").agg(
-        pl.col("_dup").first()).filter(pl.col("_dup"))["_r"]
-    for k in dup.to_list():
-        reasons[k] = "duplicate_sequence"
-    types = base["event_type"]
-    by_type = {name: (types == name).arg_true().to_list() for name in _BY_TYPE}
-    guard_idx = types.is_in(list(_GUARD_TYPES)).arg_true().to_list()
-    appr_idx = types.is_in(list(_APPROVAL_TYPES)).arg_true().to_list()
-    setters = _setters(evs, starts, by_type, guard_idx, appr_idx, facts["_t"].to_list(),
-                       facts["_last_prev"].to_list(), reasons)
-
-    # ---- per-run constants
-    printable = r"^[!-~]+$"
-    envelope_ok = set(base.select("_r", "event_type", facts["_dup"], a_rid.alias("_rid"))
-        .group_by("_r").agg(
-            ok=~pl.col("_dup").first() & pl.col("event_type").str.contains(printable).all()
-            & pl.col("_rid").str.contains(printable).all()
-            & (pl.col("_rid").n_unique() == 1) & pl.col("_rid").is_not_null().all())
-        .filter(pl.col("ok"))["_r"].to_list())
-    per = _per_run(runs, starts, evs, reasons, envelope_ok, charge, columns)
-    events = base.with_columns(
-        *[pl.Series(name, setters[name], dtype=dt) for name, (dt, _) in _SETTERS.items()])
-    per_run = pl.DataFrame({"_r": pl.int_range(len(runs), eager=True, dtype=pl.Int64),
-                            **{name: pl.Series(per[name], dtype=dt)
-                               for name, (dt, _) in _PER_RUN.items()}})
-    return _finish(events, per_run, reasons)
+    return finish_columnar(*_prepare(runs, charge, columns or {}))
 
 
-def prepare_columnar(runs: list[RunData], charge: bool | None,
-                     columns: Mapping[int, Any]) -> tuple[Any, Any, dict[int, str]]:
-    """The sequential part of the engine for runs on the columnar fast path, without polars
-    (so it can run in a forked worker): ``(events, per_run, reasons)`` as Arrow tables that
-    :func:`finish_columnar` completes. Every run must have its rows in ``columns``.
+def _indices(arr: pa.Array, values: Sequence[str]) -> list[int]:
+    """Positions of ``arr`` holding one of ``values``."""
+    mask = (pc.equal(arr, values[0]) if len(values) == 1
+            else pc.is_in(arr, value_set=pa.array(list(values), arr.type)))
+    return pc.indices_nonzero(mask).to_pylist()
 
-    Equal to what :func:`_compute` prepares for the same runs: the fast path guarantees what
-    the polars steps there check (every ``created_at`` set, envelope strings printable ASCII,
-    string run ids), so the same facts come from plain Python here.
+
+def _prepare(runs: list[RunData], charge: bool | None,
+             columns: Mapping[int, Any]) -> tuple[Any, Any, dict[int, str]]:
+    """The sequential part of the engine, without polars (so it can run in a forked worker):
+    ``(events, per_run, reasons)`` as Arrow tables that :func:`finish_columnar` completes.
+
+    ``columns`` maps the index of a run on the columnar fast path to its rows; every other
+    run is prepared from its events. The Python work is per run or over the events of the
+    types it concerns, never an object per event.
     """
-    evs, lengths, a_line, a_seq, a_type, a_ts = _arrow_inputs(runs, columns)
-    starts = [0]
-    for ln in lengths:
-        starts.append(starts[-1] + ln)
+    datas, rids, lengths, (a_line, a_seq, a_type, a_ts) = _arrow_inputs(runs, columns)
+    starts = list(itertools.accumulate(lengths, initial=0))
+    ev = _Flat(a_type.to_pylist(), a_seq.to_pylist(), datas)
     t_list = a_ts.cast(pa.int64()).to_pylist()
-    types = [e.event_type for e in evs]
     reasons: dict[int, str] = {}
     envelope_ok: set[int] = set()
-    last_prev: list[int | None] = [None] * len(evs)
-    for k, run in enumerate(runs):
+    for k in range(len(runs)):
         lo, hi = starts[k], starts[k + 1]
-        envs = run.fast.envelopes
-        if len({e.sequence for e in envs}) != len(envs):
+        if len(set(ev.seqs[lo:hi])) != hi - lo:
             reasons[k] = "duplicate_sequence"
-        elif len({e.run_id for e in envs}) == 1:
+        elif _envelope_ok(rids[k], ev.types[lo:hi], k in columns):
             envelope_ok.add(k)
-        last = None
-        for i in range(lo, hi):
-            last_prev[i] = last
-            ti = t_list[i]
-            last = ti if last is None or ti > last else last
-    by_type: dict[str, list[int]] = {name: [] for name in _BY_TYPE}
-    guard_idx: list[int] = []
-    appr_idx: list[int] = []
-    for i, et in enumerate(types):
-        if et in by_type:
-            by_type[et].append(i)
-        if et in _GUARD_TYPES:
-            guard_idx.append(i)
-        if et in _APPROVAL_TYPES:
-            appr_idx.append(i)
-    setters = _setters(evs, starts, by_type, guard_idx, appr_idx, t_list, last_prev, reasons)
-    per = _per_run(runs, starts, evs, reasons, envelope_ok, charge, columns)
+    by_type = {name: _indices(a_type, [name]) for name in _BY_TYPE}
+    guard_idx = _indices(a_type, sorted(_GUARD_TYPES))
+    appr_idx = _indices(a_type, sorted(_APPROVAL_TYPES))
+    gen_idx = _indices(a_type, _GEN_TYPES)
+    setters = _setters(ev, starts, by_type, guard_idx, appr_idx, t_list, reasons)
+    per = _per_run(runs, starts, ev, gen_idx, reasons, envelope_ok, charge, columns)
     run_ord = pa.array([k for k, c in enumerate(lengths) for _ in range(c)], pa.int64())
     events = pa.table({"_r": run_ord, "line_no": a_line, "sequence": a_seq,
                        "event_type": a_type, "created_at": a_ts,
@@ -668,6 +687,9 @@ def prepare_columnar(runs: list[RunData], charge: bool | None,
     per_run = pa.table({"_r": pa.array(range(len(runs)), pa.int64()),
                         **{name: pa.array(per[name], at) for name, (_, at) in _PER_RUN.items()}})
     return events, per_run, reasons
+
+
+prepare_columnar = _prepare
 
 
 def finish_columnar(events: Any, per_run: Any,
@@ -681,30 +703,6 @@ def finish_columnar(events: Any, per_run: Any,
     assert isinstance(pr, pl.DataFrame)
     pr = pr.with_columns(*[pl.col(name).cast(dt) for name, (dt, _) in _PER_RUN.items()])
     return _finish(ev, pr, reasons)
-
-
-def _arrow_inputs(runs: list[RunData], columns: Mapping[int, Any]) -> tuple[
-        list[Any], list[int], pa.Array, pa.Array, pa.Array, pa.Array]:
-    """:func:`_inputs` for runs on the columnar fast path, without polars."""
-    evs: list[Any] = []
-    lengths: list[int] = []
-    parts: list[Any] = []
-    for k, run in enumerate(runs):
-        tab = columns[k]
-        fast = run.fast
-        evs.extend([_Ev(e.event_type, e.sequence, o)
-                    for e, o in zip(fast.envelopes, fast.objects, strict=True)])
-        lengths.append(tab.num_rows)
-        parts.append(tab.select(["line_no", "sequence", "event_type", "created_at"]))
-    if parts:
-        tab = pa.concat_tables(parts).combine_chunks()
-        cols = [tab[c].combine_chunks() if tab.num_rows else pa.array([], tab[c].type)
-                for c in ("line_no", "sequence", "event_type", "created_at")]
-    else:
-        cols = [pa.array([], pa.int64()), pa.array([], pa.int64()),
-                pa.array([], pa.large_string()), pa.array([], _TS_US)]
-    return (evs, lengths, cols[0].cast(pa.int64()), cols[1].cast(pa.int64()),
-            cols[2].cast(pa.large_string()), cols[3].cast(_TS_US))
 
 
 def _finish(events: pl.DataFrame, per_run: pl.DataFrame,
@@ -781,7 +779,7 @@ def _finish(events: pl.DataFrame, per_run: pl.DataFrame,
         lane_total(1).fill_null(0).alias("reviewer_total_tokens"),
         pl.col("_g_cnt").forward_fill().over("_r").fill_null(0).alias("repeat_count"),
         pl.col("_g_unk").forward_fill().over("_r").fill_null(False).alias("fingerprint_unknown"),
-        pl.lit(0, dtype=pl.Int64).alias("unlogged_guard_calls"),
+        pl.col("_g_unl").cum_sum().over("_r").alias("unlogged_guard_calls"),
         pl.col("_a_open").forward_fill().over("_r").fill_null(0).alias("open_approvals"),
         _ffill_value("_a_t", "_a_set").alias("_open_t"),
         phase_v.forward_fill().over("_r").fill_null("created").alias("phase"),

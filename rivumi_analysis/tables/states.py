@@ -279,9 +279,9 @@ def _states_in_pool(locations: list[Any], charge_approval_waits: bool | None,
 
 
 def _prepare_chunk(locations: list[Any], charge_approval_waits: bool | None) -> tuple[Any, ...]:
-    """A worker's part (no polars): read some runs for columns and prepare those on the
-    columnar fast path; the others (and the fast ones the engine cannot express) go back as
-    complete snapshots for this process to reduce."""
+    """A worker's part (no polars): read some runs for columns and run the sequential part
+    of the engine on all of them (from the columns on the fast path, from the events off
+    it); only the runs the engine hands to the reference reducer go back as snapshots."""
     from ..replay.vectorised import prepare_columnar
 
     with gc_paused():
@@ -289,13 +289,9 @@ def _prepare_chunk(locations: list[Any], charge_approval_waits: bool | None) -> 
         quarantined = [run for run in runs if run.quarantined]
         native = [run for run in runs if run.kind != "external"]
         native, rows = _with_columns(native)
-        fast = sorted(rows)
-        events, per_run, reasons = prepare_columnar(
-            [native[k] for k in fast], charge_approval_waits,
-            {j: rows[k] for j, k in enumerate(fast)})
-        others = {k: _lean(exact_run(native[k])) for k in range(len(native)) if k not in rows}
-        others.update({fast[j]: _lean(exact_run(native[fast[j]])) for j in reasons})
-        return len(native), fast, events, per_run, reasons, others, quarantined
+        events, per_run, reasons = prepare_columnar(native, charge_approval_waits, rows)
+        others = {k: _lean(exact_run(native[k])) for k in reasons}
+        return events, per_run, reasons, others, quarantined
 
 
 def _lean(run: RunData) -> RunData:
@@ -312,27 +308,30 @@ def _lean(run: RunData) -> RunData:
 def _finish_chunk(prepared: tuple[Any, ...], charge_approval_waits: bool | None,
                   engine: str) -> pl.DataFrame:
     """The state rows of a prepared chunk, in run order (equal to :func:`_states_of`)."""
-    from ..replay.vectorised import NotVectorizable, finish_columnar, vector_states
+    from ..replay.vectorised import finish_columnar
 
-    n, fast, events, per_run, reasons, others, _ = prepared
+    events, per_run, reasons, others, _ = prepared
     df, _ = finish_columnar(events, per_run, reasons)
-    parts = [df.with_columns(pl.Series("_r", fast, dtype=pl.Int64).gather(df["_r"]))]
-    rest = sorted(k for k in others if k not in {fast[j] for j in reasons})
-    fallbacks = {fast[j]: why for j, why in reasons.items()}
-    if rest:
-        df2, fb2 = vector_states([others[k] for k in rest],
-                                 charge_approval_waits=charge_approval_waits)
-        parts.append(df2.with_columns(pl.Series("_r", rest, dtype=pl.Int64).gather(df2["_r"])))
-        fallbacks.update({rest[j]: why for j, why in fb2.items()})
-    if fallbacks and engine == "vectorized":
-        k, why = next(iter(sorted(fallbacks.items())))
-        raise NotVectorizable(f"{others[k].run_dir}: {why} (use engine='auto')")
-    parts += [
-        states_frame([replay_run(others[k], charge_approval_waits=charge_approval_waits)],
-                     validate=False).select(pl.lit(k, dtype=pl.Int64).alias("_r"), pl.all())
-        for k in sorted(fallbacks)]
-    assert n >= len(fast)
-    return pl.concat(parts).sort("_r", maintain_order=True).drop("_r")
+    return _with_fallbacks(df, reasons, others, charge_approval_waits, engine)
+
+
+def _with_fallbacks(df: pl.DataFrame, reasons: dict[int, str], runs: Any,
+                    charge_approval_waits: bool | None, engine: str) -> pl.DataFrame:
+    """The engine's rows (with ``_r``) and the reference reducer's rows of the runs it could
+    not express (``runs[k]`` for each ``k`` in ``reasons``), in run order, without ``_r``."""
+    from ..replay.vectorised import NotVectorizable
+
+    if reasons and engine == "vectorized":
+        k, why = next(iter(sorted(reasons.items())))
+        raise NotVectorizable(f"{runs[k].run_dir}: {why} (use engine='auto')")
+    if reasons:
+        pieces = [df] + [
+            states_frame([replay_run(exact_run(runs[k]),
+                                     charge_approval_waits=charge_approval_waits)],
+                         validate=False).select(pl.lit(k, dtype=pl.Int64).alias("_r"), pl.all())
+            for k in sorted(reasons)]
+        df = pl.concat(pieces).sort("_r", maintain_order=True)
+    return df.drop("_r")
 
 
 def _states_of(native: list[RunData], charge_approval_waits: bool | None,
@@ -341,19 +340,9 @@ def _states_of(native: list[RunData], charge_approval_waits: bool | None,
     if engine == "reference" or not native:
         return states_frame((replay_run(r, charge_approval_waits=charge_approval_waits)
                              for r in native), validate=False)
-    from ..replay.vectorised import NotVectorizable, vector_states
+    from ..replay.vectorised import vector_states
 
     native, rows = _with_columns(native)
     df, fallbacks = vector_states(native, charge_approval_waits=charge_approval_waits,
                                   columns=rows)
-    if fallbacks and engine == "vectorized":
-        k, why = next(iter(sorted(fallbacks.items())))
-        raise NotVectorizable(f"{native[k].run_dir}: {why} (use engine='auto')")
-    if fallbacks:
-        pieces = [df] + [
-            states_frame([replay_run(exact_run(native[k]),
-                                     charge_approval_waits=charge_approval_waits)],
-                         validate=False).select(pl.lit(k, dtype=pl.Int64).alias("_r"), pl.all())
-            for k in sorted(fallbacks)]
-        df = pl.concat(pieces).sort("_r", maintain_order=True)
-    return df.drop("_r")
+    return _with_fallbacks(df, fallbacks, native, charge_approval_waits, engine)
