@@ -153,7 +153,8 @@ def test_wall_time_budget_exceeded_and_shading(tables):
     runs = tables["runs"].with_columns(pl.lit(900.0).alias("wall_time_seconds"))
     spec2 = C.wall_time_budget(runs=runs, states=tables["states"]).to_dict()
     assert "vconcat" in spec2  # burn-down panel when states_df is present
-    assert {"elapsed_s", "used_frac"} <= _fields(spec2)
+    assert {"q10", "q25", "q50", "q75", "q90", "x", "y", "label_y"} <= _fields(spec2)
+    assert [p["name"] for p in spec2["params"]] == ["focus_run"]
 
 
 def test_token_budget_compaction_and_budget_rule():
@@ -166,7 +167,7 @@ def test_token_budget_compaction_and_budget_rule():
                                       "run.failed"], "total_tokens": [0, 60, 60, 130]})
     ev = st.select("run_dir", "sequence", "event_type")
     spec = C.token_budget(runs=runs, states=st, events=ev).to_dict()
-    layers = spec["hconcat"][0]["layer"]
+    layers = spec["vconcat"][0]["hconcat"][0]["layer"]
     # line, budget rule, ▲ final session.json total, ◆ compaction
     assert [ly["mark"]["type"] for ly in layers] == ["line", "rule", "point", "point"]
     assert layers[1]["encoding"]["y"]["field"] == "budget"

@@ -133,13 +133,14 @@ def test_token_budget_uses_fractions_when_budgets_differ():
     mc = pl.DataFrame({"run_dir": ["a", "b"], "requested_sequence": [1, 1],
                        "completed_sequence": [2, 2], "total_tokens": [100_000, 1_000_000]})
     spec = C.token_budget(runs=runs, model_calls=mc).to_dict()
-    left = spec["hconcat"][0]
+    left = spec["vconcat"][0]["hconcat"][0]
     assert left["layer"][0]["encoding"]["y"]["axis"]["format"] == "%"
     ys = sorted(r["y"] for r in _values(left) if "event_type" in r and "y" in r)
     assert ys == [0.2, 0.5]  # 1M of 5M, 100k of 200k
     same = runs.with_columns(pl.lit(500_000).alias("max_total_tokens"))
     spec2 = C.token_budget(runs=same, model_calls=mc).to_dict()
-    assert spec2["hconcat"][0]["layer"][0]["encoding"]["y"]["title"] == "cumulative total tokens"
+    assert spec2["vconcat"][0]["hconcat"][0]["layer"][0]["encoding"]["y"]["title"] == (
+        "cumulative total tokens")
 
 
 def test_wall_time_ecdf_covers_every_run_with_a_budget(tables):
@@ -171,7 +172,7 @@ def test_token_chart_picks_runs_over_their_budget_first(tables):
     runs = tables["runs"]
     spec = C.token_budget(runs=runs, states=tables["states"], events=tables["events"],
                           max_runs=3).to_dict()
-    drawn = {r["run_id"] for r in _values(spec["hconcat"][0]) if "sequence" in r}
+    drawn = {r["run_id"] for r in _values(spec["vconcat"][0]["hconcat"][0]) if "sequence" in r}
     over = set(runs.filter(pl.col("terminal_reason") == "token_budget_exceeded")["run_id"])
     assert len(over) == 3 and drawn == over
 
@@ -201,7 +202,7 @@ def test_token_chart_marks_the_final_total_of_each_drawn_run(tables):
     runs = tables["runs"]
     spec = C.token_budget(runs=runs, states=tables["states"], events=tables["events"],
                           max_runs=3).to_dict()
-    left = spec["hconcat"][0]
+    left = spec["vconcat"][0]["hconcat"][0]
     rows = _values(left)
     ends = {r["run_id"]: r for r in rows if "total_tokens" in r and "y" in r}
     over = runs.filter(pl.col("terminal_reason") == "token_budget_exceeded")

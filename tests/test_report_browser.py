@@ -64,8 +64,21 @@ WIDTHS = (1024, 1600)
 CORPUS_RUNS = int(os.environ.get("RIVUMI_BROWSER_CORPUS_RUNS", "300"))
 
 
-def _render(html: Path, name: str) -> dict[int, dict]:
-    """Open ``html`` at each width, network off; returns diagnostics per width."""
+# Linked selection: click a labelled run in the wall-time burn-down; the page follows it in
+# the audit table (filtered to it) and the focus bar names it.
+_CLICK = "#chart-wall g.mark-text.role-mark text"
+_LINKED = r"""() => {
+  const inp = document.querySelector('input.filter[data-table="audit-table"]');
+  const rows = Array.from(document.getElementById('audit-table').tBodies[0].rows);
+  const bar = document.getElementById('focus-bar');
+  return {filter: inp.value, shown: rows.filter(r => r.style.display !== 'none')
+          .map(r => r.textContent), bar: bar ? bar.textContent : null};
+}"""
+
+
+def _render(html: Path, name: str, *, click: bool = False) -> dict[int, dict]:
+    """Open ``html`` at each width, network off; returns diagnostics per width (with
+    ``click``: the linked selection after clicking a run label, at the first width)."""
     os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
     from playwright.sync_api import sync_playwright
 
@@ -100,6 +113,10 @@ def _render(html: Path, name: str) -> dict[int, dict]:
                 page.screenshot(path=str(shot), full_page=True)
                 out[width] = {"charts": charts, "console": console_errors,
                               "pageerrors": page_errors, "blocked": blocked, "shot": shot}
+                if click and width == WIDTHS[0]:
+                    page.click(_CLICK, timeout=30_000)
+                    page.wait_for_timeout(300)
+                    out[width]["linked"] = page.evaluate(_LINKED)
                 ctx.close()
         finally:
             browser.close()
@@ -135,7 +152,12 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     relay = relay_section(corpus)  # sample_runs/relayflowd adds the relayflowd charts
     n_charts = len(CHART_SECTIONS) + (len(relay.charts) if relay is not None else 0)
     assert res.charts == n_charts and res.run_pages >= 1
-    _check(_render(out, "sample_runs"), n_charts + res.run_page_charts)
+    rendered = _render(out, "sample_runs", click=True)
+    _check(rendered, n_charts + res.run_page_charts)
+    linked = rendered[WIDTHS[0]]["linked"]
+    run_id = linked["filter"]
+    assert len(run_id) == 32 and run_id in (linked["bar"] or ""), linked
+    assert linked["shown"] and all(run_id in row for row in linked["shown"]), linked
 
 
 @pytest.mark.slow

@@ -186,10 +186,40 @@ JS = r"""
   var opts = {mode:'vega-lite', renderer:'svg',
               actions:{export:true, source:false, compiled:false, editor:false},
               tooltip:{theme:'light'}};
-  var pending = [];
+  var pending = [], views = [], focus = null;
+  // Linked selection: a click on any mark of a run (a datum with run_id) follows that run in
+  // every chart that declares the focus_run parameter and filters the audit table; a click
+  // on the same run or on an empty spot clears it.
+  function runOf(item){
+    var d = item && item.datum;
+    if (!d) return null;
+    return d.run_id || (d.datum && d.datum.run_id) || null;
+  }
+  function setFocus(id){
+    focus = (id && id !== focus) ? id : null;
+    views.forEach(function(v){ try { v.signal('focus_run', focus); v.runAsync(); } catch(e) {} });
+    var inp = document.querySelector('input.filter[data-table="audit-table"]');
+    if (inp) { inp.value = focus || ''; inp.dispatchEvent(new Event('input')); }
+    var bar = document.getElementById('focus-bar');
+    if (!bar) {
+      bar = document.createElement('div'); bar.id = 'focus-bar';
+      bar.style.cssText = 'position:fixed;bottom:0;left:0;right:0;padding:6px 12px;' +
+        'background:#fff8e1;border-top:1px solid #e0c060;font-size:13px;z-index:9';
+      document.body.appendChild(bar);
+      bar.addEventListener('click', function(){ setFocus(null); });
+    }
+    bar.style.display = focus ? '' : 'none';
+    bar.textContent = focus ? 'Following run ' + focus + ' in every chart and the audit ' +
+      'table (click here, an empty spot or the run again to clear)' : '';
+  }
   Object.keys(specs).forEach(function(key){
     var el = document.getElementById('chart-' + key);
-    pending.push(vegaEmbed(el, specs[key], opts).then(function(){
+    pending.push(vegaEmbed(el, specs[key], opts).then(function(res){
+      views.push(res.view);
+      res.view.addEventListener('click', function(ev, item){
+        var id = runOf(item);
+        if (id) setFocus(id); else if (!item && focus) setFocus(null);
+      });
       el.setAttribute('data-rendered', '1');
     }).catch(function(err){
       el.setAttribute('data-rendered', 'error');

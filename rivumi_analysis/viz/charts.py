@@ -507,7 +507,8 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
                   max_runs: int = CAPS["timeline_runs"],
                   max_segments: int = CAPS["timeline_segments"],
                   collapse_gaps: float | None = 30.0,
-                  width: int = 640) -> alt.TopLevelMixin:
+                  width: int = 640, states: pl.DataFrame | None = None,
+                  max_lines: int = 8) -> alt.TopLevelMixin:
     """Per-run step timeline on a wall-clock axis (seconds since the run started).
 
     One row per run; within a row, lanes for model calls, tool calls (colour = effect,
@@ -525,6 +526,9 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
             this many seconds is shortened to it (the real length stays in the tooltip), so
             one long outage does not squash every other run. ``None`` keeps wall-clock time.
         width: plot width in pixels.
+        states: ``states_df``: adds the fleet's step budget burn-down below
+            (:func:`step_burn_bands`, every run with ``max_steps``).
+        max_lines: runs drawn over those bands.
 
     >>> import polars as pl
     >>> from datetime import datetime, timezone
@@ -594,7 +598,7 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
         x=x_main, x2="end_s:Q", y=y,
         yOffset=alt.YOffset("lane:N", sort=order, scale=alt.Scale(domain=order)),
         color=color,
-        opacity=alt.condition(run_sel, alt.value(0.95), alt.value(0.25)),
+        opacity=focus_or(run_sel.name, 0.95, 0.25),
         tooltip=tip)
     # Tool outcomes as points at the completion time (visible even for sub-ms calls).
     tools = base.transform_filter(alt.datum.lane == "tool").mark_point(
@@ -609,7 +613,7 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
                                         range=["circle", "cross", "square", "diamond",
                                                "triangle-down", "triangle-up", "stroke"])),
         color=color,
-        opacity=alt.condition(run_sel, alt.value(1.0), alt.value(0.25)),
+        opacity=focus_or(run_sel.name, 1.0, 0.25),
         tooltip=tip)
     sub = (f"{shown} of {total} runs, most notable first (failures and non-terminal "
            "verdicts, then the most segments)" if shown < total else
@@ -622,15 +626,73 @@ def step_timeline(*, runs: pl.DataFrame | None = None,
     main = (alt.layer(bars, tools).add_params(run_sel)
             .properties(width=width, height=alt.Step(height_step),
                         title=alt.TitleParams(title, subtitle=sub, anchor="start")))
+    band = (step_burn_bands(runs, states, max_lines=max_lines)
+            if runs is not None and states is not None else None)
     if shown <= 1:
-        return main
+        return with_focus(main if band is None else alt.vconcat(main, band))
     overview = (base.mark_rule(opacity=0.6)
                 .encode(x=alt.X("start_s:Q", title="drag to zoom the timeline above",
                                 scale=alt.Scale(domain=[0, max_end], nice=False)),
                         x2="end_s:Q", color=color)
                 .add_params(brush)
                 .properties(width=width, height=40))
-    return alt.vconcat(main, overview, data=data).resolve_scale(color="shared")
+    parts = [main, overview] + ([band] if band is not None else [])
+    return with_focus(alt.vconcat(*parts, data=data).resolve_scale(color="shared"))
+
+
+def step_burn_bands(runs: pl.DataFrame, states: pl.DataFrame, *, max_lines: int = 8,
+                    bins: int = 50, width: int = 480) -> alt.LayerChart | None:
+    """Step budget burn-down for the whole fleet: ``step`` / ``max_steps`` along each run's
+    own wall-clock time (0–100 %), as quantile bands over every run with a step budget, and
+    the runs that hit it (``max_steps_exceeded``) or came closest drawn on top, labelled.
+
+    Args:
+        runs: ``runs_df`` (``max_steps``, ``step``, ``terminal_reason``).
+        states: ``states_df`` (``step``, ``wall_elapsed_seconds``).
+        max_lines: runs drawn individually.
+        bins: points of the bands.
+        width: plot width (labels included).
+    """
+    if not (_has(runs, "run_dir", "max_steps") and _has(states, "run_dir", "step",
+                                                        "wall_elapsed_seconds", "sequence")):
+        return None
+    r = (runs.select("run_dir", _col(runs, "run_id", pl.Utf8).alias("run_id"),
+                     _col(runs, "started_at", pl.Datetime("us", "UTC")).alias("started_at"),
+                     _col(runs, "terminal_reason", pl.Utf8).alias("terminal_reason"),
+                     _col(runs, "kind", pl.Utf8).alias("kind"),
+                     _col(runs, "verdict", pl.Utf8).alias("verdict"),
+                     _col(runs, "max_steps", pl.Float64).alias("budget"))
+         .filter(pl.col("budget") > 0))
+    st = (states.select("run_dir", "sequence", "event_type", "step", "wall_elapsed_seconds")
+          .join(r.select("run_dir", "budget"), on="run_dir", how="inner",
+                maintain_order="left")
+          .filter(pl.col("step").is_not_null() & pl.col("wall_elapsed_seconds").is_not_null())
+          .with_columns(pl.col("wall_elapsed_seconds").max().over("run_dir").alias("_end"))
+          .filter(pl.col("_end") > 0)
+          .with_columns((pl.col("wall_elapsed_seconds") / pl.col("_end")).alias("x"),
+                        (pl.col("step") / pl.col("budget")).alias("y")))
+    if st.height == 0:
+        return None
+    bands = quantile_bands(st, "x", "y", bins=bins)
+    n = int(bands["runs"].max() or 0)
+    fin = st.group_by("run_dir", maintain_order=True).agg(pl.col("y").max().alias("frac"))
+    have = r.join(fin, on="run_dir", how="inner", maintain_order="left").with_columns(
+        (pl.col("terminal_reason") == "max_steps_exceeded").fill_null(False).alias("_over"))
+    pick = _burn_pick(have, "frac", pl.col("_over"), max_lines)
+    pick = pick.join(run_labels(pick), on="run_dir", how="left", suffix="_l")
+    lines = _downsample(st.join(pick.select("run_dir", "run", "run_id"), on="run_dir",
+                                how="inner", maintain_order="left")
+                        .sort("run_dir", "sequence", maintain_order=True),
+                        CAPS["budget_points"])
+    over = pick.filter(pl.col("_over")).height
+    return band_burn_chart(
+        bands, lines.drop("run_dir"),
+        title="Step budget along the run, whole fleet",
+        subtitle=[f"bands: {n} runs with max_steps (p10–p90, p25–p75, median), each on",
+                  "its own clock (share of its wall-clock time); red: "
+                  f"{over} run(s) that hit it, the {pick.height - over} closest"],
+        x_title="share of the run's wall-clock time", y_title="step / max_steps",
+        width=width)
 
 
 # --------------------------------------------------------------------------- repeat guard
@@ -776,6 +838,7 @@ def repeat_guard(*, states: pl.DataFrame | None = None, events: pl.DataFrame | N
         y=y,
         color=alt.Color("count:N", scale=count_scale,
                         legend=_legend(f"repeat_count (trip at {threshold})", orient="bottom")),
+        opacity=focus_opacity(1.0, 0.2),
         tooltip=["run_id:N", alt.Tooltip("sequence:Q", title="sequence"), "call:Q",
                  "repeat_count:Q", "status:N", "event_type:N"])
     n_calls = int(cells["pos"].n_unique() or 1)
@@ -784,8 +847,8 @@ def repeat_guard(*, states: pl.DataFrame | None = None, events: pl.DataFrame | N
         title=alt.TitleParams(f"{title}: repeat_count at each tool call (trips at {threshold})",
                               subtitle=sub + "; red = the call that trips the guard",
                               anchor="start"))
-    return alt.hconcat(left, c_dist).resolve_scale(color="independent", shape="independent",
-                                                   fill="independent")
+    return with_focus(alt.hconcat(left, c_dist).resolve_scale(
+        color="independent", shape="independent", fill="independent"))
 
 
 # --------------------------------------------------------------------------- wall time
@@ -832,6 +895,192 @@ def ecdf_points(df: pl.DataFrame, value: str, group: str, *, points: int = 51
             .sort("group", "share"))
 
 
+BAND_QUANTILES: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 0.9)
+"""The quantiles a band chart draws: p10–p90 (light), p25–p75 (dark) and the median."""
+
+FOCUS = "focus_run"
+"""The page-wide linked selection: the ``run_id`` clicked in any chart (the report's script
+sets this parameter in every chart that declares it; null = no run picked)."""
+
+
+def focus_param() -> Any:
+    """The variable parameter a chart declares to follow the page's linked run selection.
+
+    >>> focus_param().name
+    'focus_run'
+    """
+    return alt.param(name=FOCUS, value=None)
+
+
+def focus_opacity(on: float = 0.95, off: float = 0.12) -> Any:
+    """Opacity that dims every mark whose ``run_id`` is not the run picked on the page."""
+    return alt.condition(f"{FOCUS} == null || datum.run_id == {FOCUS}", alt.value(on),
+                         alt.value(off))
+
+
+def focus_or(param: str, on: float, off: float, dim: float = 0.1) -> dict[str, Any]:
+    """Opacity for a chart with its own click selection ``param``: the run picked on the page
+    (:data:`FOCUS`) wins, else ``param`` decides (``on`` / ``off``)."""
+    return {"condition": [{"test": f"{FOCUS} != null && datum.run_id != {FOCUS}",
+                           "value": dim}, {"param": param, "value": on}], "value": off}
+
+
+def quantile_bands(df: pl.DataFrame, x: str, y: str, *, by: str = "run_dir", bins: int = 50,
+                   quantiles: Iterable[float] = BAND_QUANTILES) -> pl.DataFrame:
+    """Quantiles of ``y`` across runs at ``bins + 1`` evenly spaced points of ``x`` in [0, 1].
+
+    Every run counts once at every point from its first row on: its last ``y`` at or before
+    the point (a step function, as a cumulative counter is). All in polars; the output has
+    one row per point: ``x``, ``runs`` and ``q10`` … ``q90`` (``q`` + the percentile).
+
+    >>> d = pl.DataFrame({"run_dir": ["a", "a", "b", "b"], "x": [0.0, 1.0, 0.0, 0.6],
+    ...                   "y": [0.0, 1.0, 0.0, 3.0]})
+    >>> quantile_bands(d, "x", "y", bins=2, quantiles=(0.5,)).rows()
+    [(0.0, 2, 0.0), (0.5, 2, 0.0), (1.0, 2, 2.0)]
+    """
+    qs = list(quantiles)
+    names = [f"q{round(q * 100)}" for q in qs]
+    schema = {"x": pl.Float64, "runs": pl.UInt32, **{n: pl.Float64 for n in names}}
+    d = (df.select(pl.col(by).alias("__run"), pl.col(x).cast(pl.Float64).clip(0.0, 1.0)
+                   .alias("__x"), pl.col(y).cast(pl.Float64).alias("__y"))
+         .drop_nulls())
+    if d.height == 0:
+        return pl.DataFrame(schema=schema)
+    d = d.with_columns((pl.col("__x") * bins).round(9).ceil().cast(pl.Int64).alias("__i"))
+    last = d.group_by("__run", "__i", maintain_order=True).agg(pl.col("__y").last())
+    grid = pl.DataFrame({"__i": list(range(bins + 1))}, schema={"__i": pl.Int64})
+    full = (last.select("__run").unique(maintain_order=True).join(grid, how="cross")
+            .join(last, on=["__run", "__i"], how="left")
+            .with_columns(pl.col("__y").forward_fill().over("__run"))
+            .drop_nulls("__y"))
+    return (full.group_by("__i").agg(
+        pl.len().alias("runs"),
+        *[pl.col("__y").quantile(q, interpolation="linear").alias(n) for q, n in zip(
+            qs, names, strict=True)])
+        .sort("__i").select((pl.col("__i") / bins).alias("x"), "runs", *names)
+        .cast(schema))
+
+
+def dodge(values: Iterable[float], gap: float) -> list[float]:
+    """Label positions at least ``gap`` apart, each as close to its value as that allows
+    (order kept; a run of crowded labels is centred on its values).
+
+    >>> dodge([1.0, 1.0, 0.2], 0.1)
+    [0.95, 1.05, 0.2]
+    """
+    vals = list(values)
+    order = sorted(range(len(vals)), key=lambda i: (vals[i], i))
+    # clusters of labels that would overlap, each centred on the mean of its values
+    clusters: list[list[int]] = []
+    for i in order:
+        clusters.append([i])
+        while len(clusters) > 1:
+            a, b = clusters[-2], clusters[-1]
+            ca = sum(vals[j] for j in a) / len(a) + gap * (len(a) - 1) / 2
+            cb = sum(vals[j] for j in b) / len(b) - gap * (len(b) - 1) / 2
+            if cb - ca >= gap:
+                break
+            clusters[-2:] = [a + b]
+    out = [0.0] * len(vals)
+    for c in clusters:
+        start = sum(vals[j] for j in c) / len(c) - gap * (len(c) - 1) / 2
+        for k, j in enumerate(c):
+            out[j] = round(start + k * gap, 6)
+    return out
+
+
+def band_burn_chart(bands: pl.DataFrame, lines: pl.DataFrame, *, title: str, subtitle: Any,
+                    x_title: str, y_title: str, y_cap: float | None = None,
+                    width: int = 560, height: int = 230, label_width: float = 0.42,
+                    label_gap: float | None = None) -> alt.LayerChart:
+    """The fleet's quantile bands (p10–p90, p25–p75, median) with some runs drawn on top,
+    each labelled at its end (labels dodged so they never overlap; full id in the tooltip).
+
+    Args:
+        bands: :func:`quantile_bands` output (``x`` in [0, 1]).
+        lines: the runs drawn individually: ``run``, ``run_id``, ``x``, ``y`` (+ tooltip
+            columns ``sequence``, ``event_type`` when present).
+        y_cap: values above are drawn at the cap (the axis says so in ``y_title``).
+        label_width: room right of the plot for the labels, as a share of the x range.
+    """
+    qcols = [c for c in bands.columns if c.startswith("q")]
+    lo, mid, hi = ("q10", "q50", "q90") if {"q10", "q50", "q90"} <= set(qcols) else (
+        qcols[0], qcols[len(qcols) // 2], qcols[-1])
+    if y_cap is not None:
+        bands = bands.with_columns(pl.col(qcols).clip(upper_bound=y_cap))
+        lines = lines.with_columns(pl.col("y").clip(upper_bound=y_cap))
+    y_max = max([1.0] + [float(v) for v in (bands[hi].max(), lines["y"].max() if lines.height
+                                            else None) if v is not None])
+    gap = label_gap if label_gap is not None else y_max * 0.075
+    ends = (lines.group_by("run_id", maintain_order=True).agg(pl.col("run").last(),
+                                                              pl.col("x").last(),
+                                                              pl.col("y").last()))
+    if ends.height:
+        ends = ends.with_columns(pl.Series("label_y", dodge(ends["y"].to_list(), gap)))
+    top = max([y_max] + ([float(ends["label_y"].max())] if ends.height else []))
+    x_scale = alt.Scale(domain=[0, 1 + label_width], nice=False)
+    y_scale = alt.Scale(domain=[min(0.0, float(bands[lo].min() or 0.0)), top * 1.04],
+                        nice=False)
+    x = alt.X("x:Q", title=x_title, scale=x_scale,
+              axis=alt.Axis(format="%", tickCount=6,  # no tick labels in the label room
+                            labelExpr="datum.value <= 1 ? datum.label : ''"))
+    base = alt.Chart()  # the band layers share one copy of the data (set on their layer)
+    tip = ([alt.Tooltip("x:Q", format=".0%", title="share of the run"), "runs:Q"]
+           + [alt.Tooltip(f"{c}:Q", format=".1%", title=f"p{c[1:]}") for c in qcols])
+    band_layers: list[Any] = [
+        base.mark_area(color="#4c78a8", opacity=0.16).encode(
+            x=x, y=alt.Y(f"{lo}:Q", title=y_title, scale=y_scale, axis=alt.Axis(format="%")),
+            y2=f"{hi}:Q", tooltip=tip)]
+    if {"q25", "q75"} <= set(qcols):
+        band_layers.append(base.mark_area(color="#4c78a8", opacity=0.3).encode(
+            x=x, y="q25:Q", y2="q75:Q", tooltip=tip))
+    band_layers.append(base.mark_line(color="#1f3d66", strokeWidth=2).encode(
+        x=x, y=f"{mid}:Q", tooltip=tip))
+    layers: list[Any] = [alt.layer(*band_layers, data=_values(
+        bands.with_columns(pl.col(qcols).round(5))))]
+    layers.append(alt.Chart(_values(pl.DataFrame({"y": [1.0]}))).mark_rule(
+        color="#d62728", strokeDash=[6, 3]).encode(y="y:Q"))
+    if lines.height:
+        ltip = ["run_id:N", "run:N"] + [c for c in ("sequence:Q", "event_type:N")
+                                        if c.split(":")[0] in lines.columns] + [
+            alt.Tooltip("y:Q", format=".1%", title=y_title)]
+        lcols = [c for c in ("run", "run_id", "x", "y", "sequence", "event_type")
+                 if c in lines.columns]
+        layers.append(alt.Chart(_values(lines.select(lcols).with_columns(
+            pl.col("x", "y").round(5)))).mark_line(
+            interpolate="step-after", color="#d62728", strokeWidth=1.4).encode(
+            x=x, y="y:Q", detail="run_id:N", opacity=focus_opacity(0.9, 0.1), tooltip=ltip))
+        lab = ends.select("run", "run_id", pl.col("x").round(5), pl.col("y").round(5),
+                          pl.col("label_y").round(5), (pl.col("x") + 0.015).round(5)
+                          .alias("label_x"))
+        leader = alt.Chart().mark_rule(color="#999", strokeWidth=0.6).encode(
+            x="x:Q", y="y:Q", x2="label_x:Q", y2="label_y:Q")
+        layers.append(alt.layer(leader, alt.Chart().mark_text(
+            align="left", baseline="middle", dx=2, fontSize=10, limit=width * label_width
+            / (1 + label_width)).encode(
+            x="label_x:Q", y="label_y:Q", text="run:N", opacity=focus_opacity(1.0, 0.25),
+            tooltip=["run_id:N", "run:N", alt.Tooltip("y:Q", format=".1%", title=y_title)]),
+            data=_values(lab)))
+    return alt.layer(*layers).properties(
+        width=width, height=height,
+        title=alt.TitleParams(title, subtitle=subtitle, anchor="start"))
+
+
+def with_focus(chart: Any) -> Any:
+    """``chart`` with the page's linked run selection (:data:`FOCUS`) declared once, at its
+    top level (a builder whose marks use :func:`focus_opacity` returns this).
+
+    >>> c = with_focus(with_focus(alt.Chart().mark_point()))
+    >>> [p.name for p in c.params]
+    ['focus_run']
+    """
+    params = getattr(chart, "params", alt.Undefined)
+    if params is not alt.Undefined and any(getattr(p, "name", None) == FOCUS
+                                           for p in params):
+        return chart
+    return chart.add_params(focus_param())
+
+
 def _wall_groups(r: pl.DataFrame) -> pl.Expr:
     o = pl.col("outcome")
     return (pl.when(o.str.starts_with("completed")).then(pl.lit("completed"))
@@ -844,22 +1093,24 @@ def _wall_groups(r: pl.DataFrame) -> pl.Expr:
 def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                      approvals: pl.DataFrame | None = None,
                      max_runs: int = CAPS["budget_runs"],
-                     max_points: int = CAPS["budget_points"]) -> alt.VConcatChart | alt.Chart:
+                     max_points: int = CAPS["budget_points"],
+                     max_lines: int = 8) -> alt.VConcatChart | alt.Chart:
     """Charged wall time against ``wall_time_seconds`` per run.
 
     Top: one bar per run, as a fraction of its budget, split into active time, charged resume
     downtime and (shaded, hatched colour) approval waits; a rule at 100 %; runs over budget
-    are marked with a red cross. Bottom (needs ``states_df``): burn-down lines of the charged
-    fraction along wall-clock time, with approval waits and resume downtime shown as shaded
-    bands under each line's run.
+    are marked with a red cross. Middle: how close every run gets (ECDF per outcome).
+    Bottom (needs ``states_df``): the fleet's burn-down as quantile bands
+    (:func:`wall_burn_bands`), the runs over or closest to their budget drawn and labelled.
 
     Args:
         runs: ``runs_df`` (``active_wall_time_seconds``, ``wall_time_seconds``).
         states: ``states_df`` (per-event ``charged_wall_seconds``, ``approval_wait_seconds``,
             ``resume_downtime_seconds``, ``wall_elapsed_seconds``); optional.
         approvals: ``approvals_df`` (approval wait totals when ``states`` is missing).
-        max_runs: bars / lines drawn.
-        max_points: cap on burn-down points (evenly thinned per run).
+        max_runs: bars drawn.
+        max_points: cap on the drawn burn-down lines' points (evenly thinned per run).
+        max_lines: runs drawn over the burn-down bands.
 
     >>> import polars as pl
     >>> r = pl.DataFrame({"run_dir": ["a"], "run_id": ["a"], "verdict": ["terminal"],
@@ -1004,60 +1255,67 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     if not _has(states, "run_dir", "charged_wall_seconds", "wall_elapsed_seconds", "sequence"):
         return top
     assert states is not None
-    lines_n = min(max_runs, 12)
-    line_runs = chosen.sort(["exceeded", "used_frac"], descending=True).head(lines_n)
-    st = (states.join(line_runs.select("run_dir", "run", "run_id", "budget_s"), on="run_dir",
-                      how="inner", suffix="_r")
+    burn = wall_burn_bands(r, states, max_lines=max_lines, max_points=max_points)
+    return with_focus(alt.vconcat(top, burn).resolve_scale(color="independent")
+                      if burn is not None else top)
+
+
+def _burn_pick(r: pl.DataFrame, frac: str, over: pl.Expr, max_lines: int) -> pl.DataFrame:
+    """The runs a burn-down draws individually: up to half over budget (the highest share
+    first; more when fewer runs are within it), then the closest within it."""
+    n_in = r.filter(~over).height
+    n_over = min(r.filter(over).height, max(1, max_lines // 2, max_lines - n_in))
+    return pl.concat([
+        r.filter(over).sort([frac, "run_dir"], descending=[True, False]).head(n_over),
+        r.filter(~over).sort([frac, "run_dir"], descending=[True, False])
+        .head(max_lines - n_over)])
+
+
+def wall_burn_bands(r: pl.DataFrame, states: pl.DataFrame, *, max_lines: int = 8,
+                    max_points: int = CAPS["budget_points"], bins: int = 50
+                    ) -> alt.LayerChart | None:
+    """Burn-down of the wall-time budget for the whole fleet: charged time / budget along
+    each run's own wall-clock time (0–100 %), as quantile bands over every run with a
+    budget, and the runs over or closest to their budget drawn on top, labelled.
+
+    Args:
+        r: one row per run: ``run_dir``, ``run_id``, ``budget_s``, ``used_frac``,
+            ``exceeded`` (+ the :func:`run_labels` inputs).
+        states: ``states_df`` (``wall_elapsed_seconds``, ``charged_wall_seconds``).
+        max_lines: runs drawn individually.
+        max_points: cap on their points (evenly thinned per run).
+        bins: points of the bands.
+    """
+    st = (states.select("run_dir", "sequence", "event_type", "wall_elapsed_seconds",
+                        "charged_wall_seconds")
+          .join(r.select("run_dir", "budget_s"), on="run_dir", how="inner")
           .filter(pl.col("charged_wall_seconds").is_not_null()
                   & pl.col("wall_elapsed_seconds").is_not_null())
-          .select("run_dir", "run", pl.col("run_id_r").alias("run_id"), "sequence",
-                  "event_type", pl.col("wall_elapsed_seconds").round(3).alias("elapsed_s"),
-                  pl.col("charged_wall_seconds").round(3).alias("charged_s"),
-                  (pl.col("charged_wall_seconds") / pl.col("budget_s")).round(5)
-                  .alias("used_frac"),
-                  pl.col("approval_wait_seconds").alias("appr"),
-                  pl.col("resume_downtime_seconds").alias("down")))
+          .with_columns(pl.col("wall_elapsed_seconds").max().over("run_dir").alias("_end"))
+          .filter(pl.col("_end") > 0)
+          .with_columns((pl.col("wall_elapsed_seconds") / pl.col("_end")).alias("x"),
+                        (pl.col("charged_wall_seconds") / pl.col("budget_s")).alias("y")))
     if st.height == 0:
-        return top
-    # Shaded bands: where the cumulative approval wait / downtime grew between two events.
-    bands = (st.with_columns(pl.col("elapsed_s").shift(1).over("run_dir").alias("prev_s"),
-                             pl.col("appr").diff().over("run_dir").alias("d_appr"),
-                             pl.col("down").diff().over("run_dir").alias("d_down"))
-             .filter((pl.col("d_appr") > 0) | (pl.col("d_down") > 0))
-             .select("run", "run_id", "sequence", pl.col("prev_s").alias("from_s"),
-                     pl.col("elapsed_s").alias("to_s"),
-                     pl.when(pl.col("d_down") > 0).then(pl.lit("resume downtime"))
-                     .otherwise(pl.lit("approval wait")).alias("band")))
-    pts = _downsample(st, max_points).drop("run_dir", "appr", "down")
-    sel = alt.selection_point(fields=["run"], bind="legend", name="wall_run")
-    line = alt.Chart(_values(pts)).mark_line(interpolate="step-after", point=False).encode(
-        x=alt.X("elapsed_s:Q", title="wall-clock seconds since run start"),
-        y=alt.Y("used_frac:Q", title="charged / budget", axis=alt.Axis(format="%")),
-        color=alt.Color("run:N", title="run", legend=_legend("run (click)", orient="bottom", columns=2)),
-        opacity=alt.condition(sel, alt.value(0.95), alt.value(0.12)),
-        tooltip=["run_id:N", alt.Tooltip("sequence:Q", title="sequence"), "event_type:N",
-                 "elapsed_s:Q", "charged_s:Q", alt.Tooltip("used_frac:Q", format=".1%")]
-    ).add_params(sel)
-    # Bands only for the run(s) picked in the legend: shading every run piles into a wall.
-    band = alt.Chart(_values(bands)).transform_filter(
-        {"param": "wall_run", "empty": False}).mark_rect().encode(
-        x="from_s:Q", x2="to_s:Q",
-        opacity=alt.value(0.25),
-        color=alt.Color("band:N", scale=alt.Scale(domain=["approval wait", "resume downtime"],
-                                                  range=["#ffd166", "#ef476f"]),
-                        title="shaded"),
-        tooltip=["run_id:N", "band:N", "from_s:Q", "to_s:Q", "sequence:Q"])
-    rule1 = alt.Chart(_values(pl.DataFrame({"y": [1.0]}))).mark_rule(
-        color="#d62728", strokeDash=[6, 3]).encode(y="y:Q")
-    burn = (alt.layer(band, line, rule1)
-            .resolve_scale(color="independent")
-            .properties(width=600, height=220,
-                        title=alt.TitleParams("Burn-down: charged wall time along the run",
-                                              subtitle=f"{line_runs.height} runs closest to "
-                                              "or over budget; click a run in the legend to "
-                                              "shade its approval waits and resume downtime",
-                                              anchor="start")))
-    return alt.vconcat(top, burn).resolve_scale(color="independent")
+        return None
+    bands = quantile_bands(st, "x", "y", bins=bins)
+    n = int(bands["runs"].max() or 0)
+    have = r.join(st.select("run_dir").unique(), on="run_dir", how="semi")
+    pick = _burn_pick(have, "used_frac", pl.col("exceeded"), max_lines)
+    pick = pick.join(run_labels(pick), on="run_dir", how="left", suffix="_l")
+    lines = (st.join(pick.select("run_dir", "run", "run_id"), on="run_dir", how="inner",
+                     maintain_order="left")
+             .sort("run_dir", "sequence", maintain_order=True))
+    lines = _downsample(lines, max_points)
+    over = pick.filter(pl.col("exceeded")).height
+    return band_burn_chart(
+        bands, lines.drop("run_dir"),
+        title="Burn-down: charged wall time along the run, whole fleet",
+        subtitle=[f"bands: {n} runs with a budget (p10–p90, p25–p75, median), each on its",
+                  "own clock (share of its wall-clock time); red: "
+                  f"{over} over budget, the {pick.height - over} closest within it",
+                  "(over 150 % drawn at 150 %); click a run to follow it in every chart"],
+        x_title="share of the run's wall-clock time", y_title="charged / wall_time_seconds",
+        y_cap=1.5)
 
 
 # --------------------------------------------------------------------------- tokens
@@ -1065,14 +1323,16 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                  model_calls: pl.DataFrame | None = None,
                  events: pl.DataFrame | None = None,
                  max_runs: int = CAPS["budget_runs"],
-                 max_points: int = CAPS["budget_points"]) -> alt.HConcatChart | alt.Chart:
+                 max_points: int = CAPS["budget_points"],
+                 max_lines: int = 8) -> alt.VConcatChart | alt.HConcatChart | alt.Chart:
     """Cumulative tokens against ``max_total_tokens``, compaction points marked.
 
     Left: cumulative total tokens along each run's event sequence (``states_df``, else the
     running sum of ``model_calls_df.total_tokens``); a dashed rule per run at its
     ``max_total_tokens``; ``context_pressure.summary_fallback_applied`` events (history
     compaction, §11.2) as black diamonds. Right: final tokens as a fraction of the budget for
-    **all** runs that have a budget (binned in polars).
+    **all** runs that have a budget (binned in polars). Below, when runs have a budget: the
+    fleet's burn-down as quantile bands (:func:`token_burn_bands`).
 
     Args:
         runs: ``runs_df`` (``max_total_tokens``, ``total_tokens``).
@@ -1081,6 +1341,7 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
         events: ``events_df`` (compaction points); optional.
         max_runs: lines drawn.
         max_points: cap on line points (evenly thinned per run).
+        max_lines: runs drawn over the burn-down bands.
 
     >>> import polars as pl
     >>> r = pl.DataFrame({"run_dir": ["a"], "run_id": ["a"], "max_total_tokens": [100],
@@ -1088,7 +1349,7 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     >>> m = pl.DataFrame({"run_dir": ["a", "a"], "requested_sequence": [1, 5],
     ...                   "completed_sequence": [2, 6], "total_tokens": [60, 60]})
     >>> spec = token_budget(runs=r, model_calls=m).to_dict()
-    >>> spec["hconcat"][0]["layer"][0]["encoding"]["y"]["field"]
+    >>> spec["vconcat"][0]["hconcat"][0]["layer"][0]["encoding"]["y"]["field"]
     'y'
     """
     title = "Token budget"
@@ -1250,7 +1511,69 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                                 legend=_legend("status", orient="bottom")),
                 tooltip=["from_f:Q", "to_f:Q", "runs:Q", "status:N"])
             .properties(width=170, height=260))
-    return alt.hconcat(left, right).resolve_scale(color="independent")
+    both = alt.hconcat(left, right).resolve_scale(color="independent")
+    band = token_burn_bands(r, cum_all, max_lines=max_lines, max_points=max_points)
+    return with_focus(alt.vconcat(both, band).resolve_scale(color="independent")
+                      if band is not None else both)
+
+
+def token_burn_bands(r: pl.DataFrame, cum: pl.DataFrame, *, max_lines: int = 8,
+                     max_points: int = CAPS["budget_points"], bins: int = 50
+                     ) -> alt.LayerChart | None:
+    """Token budget burn-down for the whole fleet: cumulative tokens / ``max_total_tokens``
+    along each run's events (0–100 % of its sequence range), as quantile bands over every
+    run with a budget, ending at the final total in ``session.json`` (the crossing call of a
+    token failure has no ``model.completed``); the runs over or closest to their budget
+    drawn on top, labelled.
+
+    Args:
+        r: one row per run: ``run_dir``, ``run_id``, ``budget``, ``total_tokens``,
+            ``terminal_reason`` (+ the :func:`run_labels` inputs).
+        cum: ``run_dir``, ``sequence``, ``event_type``, ``tokens`` (cumulative).
+        max_lines: runs drawn individually.
+        max_points: cap on their points.
+        bins: points of the bands.
+    """
+    rb = (r.filter(pl.col("budget").is_not_null() & (pl.col("budget") > 0))
+          .with_columns((pl.col("total_tokens") / pl.col("budget")).alias("frac")))
+    c = (cum.join(rb.select("run_dir", "budget"), on="run_dir", how="inner")
+         .with_columns(pl.col("sequence").min().over("run_dir").alias("_s0"),
+                       pl.col("sequence").max().over("run_dir").alias("_s1")))
+    if c.height == 0:
+        return None
+    c = c.with_columns(
+        pl.when(pl.col("_s1") > pl.col("_s0"))
+        .then((pl.col("sequence") - pl.col("_s0")) / (pl.col("_s1") - pl.col("_s0")))
+        .otherwise(1.0).alias("x"),
+        (pl.col("tokens") / pl.col("budget")).alias("y"))
+    final = (rb.filter(pl.col("frac").is_not_null())
+             .join(c.select("run_dir", "_s1").unique("run_dir", maintain_order=True),
+                   on="run_dir", how="inner", maintain_order="left")
+             .select("run_dir", pl.col("_s1").alias("sequence"),
+                     pl.lit("final (session.json)").alias("event_type"),
+                     pl.lit(1.0).alias("x"), pl.col("frac").alias("y"), pl.lit(1).alias("_f")))
+    c = (pl.concat([c.select("run_dir", "sequence", "event_type", "x", "y",
+                             pl.lit(0).alias("_f")), final])
+         .sort("run_dir", "x", "_f", "sequence", maintain_order=True).drop("_f"))
+    bands = quantile_bands(c, "x", "y", bins=bins)
+    n = int(bands["runs"].max() or 0)
+    have = rb.join(c.select("run_dir").unique(), on="run_dir", how="semi").with_columns(
+        ((pl.col("terminal_reason") == "token_budget_exceeded").fill_null(False)
+         | (pl.col("frac") > 1).fill_null(False)).alias("_over"),
+        pl.col("frac").fill_null(0.0))
+    pick = _burn_pick(have, "frac", pl.col("_over"), max_lines)
+    pick = pick.join(run_labels(pick), on="run_dir", how="left", suffix="_l")
+    lines = _downsample(c.join(pick.select("run_dir", "run", "run_id"), on="run_dir",
+                               how="inner", maintain_order="left"), max_points)
+    over = pick.filter(pl.col("_over")).height
+    return band_burn_chart(
+        bands, lines.drop("run_dir"),
+        title="Token burn-down along the run, whole fleet",
+        subtitle=[f"bands: {n} runs with max_total_tokens (p10–p90, p25–p75, median), each",
+                  "on its own event range, ending at its final total in session.json;",
+                  f"red: {over} over budget, the {pick.height - over} closest within it "
+                  "(over 150 % drawn at 150 %)"],
+        x_title="share of the run's events", y_title="tokens / max_total_tokens", y_cap=1.5)
 
 
 # --------------------------------------------------------------------------- forks
@@ -1731,7 +2054,7 @@ def top_runs(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
             color=alt.Color("outcome:N", scale=alt.Scale(
                 domain=list(OUTCOME_COLORS), range=list(OUTCOME_COLORS.values())),
                 legend=_legend("outcome", orient="bottom", columns=4)),
-            tooltip=tip))
+            opacity=focus_opacity(1.0, 0.2), tooltip=tip))
         rule = alt.Chart(_values(pl.DataFrame({"median": [med]}))).mark_rule(
             strokeDash=[4, 3], color="#333").encode(
             x="median:Q", tooltip=[alt.Tooltip("median:Q", format=fmt, title="fleet median")])
@@ -1740,9 +2063,9 @@ def top_runs(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
             title=alt.TitleParams(what, subtitle=f"top {top.height} of {have.height}; "
                                   "dashed: fleet median", anchor="start"))
 
-    return alt.hconcat(panel("wall_s", "charged wall seconds", ",.1f"),
-                       panel("cost", "known cost (USD)", "$.4f")).properties(
-        title=alt.TitleParams(title, anchor="start"))
+    return with_focus(alt.hconcat(panel("wall_s", "charged wall seconds", ",.1f"),
+                                  panel("cost", "known cost (USD)", "$.4f")).properties(
+        title=alt.TitleParams(title, anchor="start")))
 
 
 def tool_error_rates(tool_calls: pl.DataFrame | None, *, max_tools: int = 25) -> Any:

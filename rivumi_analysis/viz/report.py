@@ -83,10 +83,12 @@ CHART_SECTIONS: list[tuple[str, str, str, Callable[[Tables], Any]]] = [
      "One row per run on a wall-clock axis (seconds since the run started): model calls, tool "
      "calls coloured by effect with their outcome as a point, approval waits, final "
      "verification and resume or continuation gaps. Drag on the strip below to zoom; click a "
-     "segment to highlight its run.",
+     "segment to follow its run in every chart and the audit table. Below: how the whole "
+     "fleet uses its step budget (quantile bands), with the runs that hit it drawn.",
      lambda t: C.step_timeline(runs=t["runs"], model_calls=t["model_calls"],
                                tool_calls=t["tool_calls"], approvals=t["approvals"],
-                               verifications=t["verifications"], events=t["events"])),
+                               verifications=t["verifications"], events=t["events"],
+                               states=t["states"])),
     ("repeat", "Repeat guard",
      "repeat_count along each run's tool calls against the trip threshold of 3 (§10.1). Red "
      "diamonds are trips (the run failed with repeated_action), orange triangles near misses. "
@@ -95,13 +97,17 @@ CHART_SECTIONS: list[tuple[str, str, str, Callable[[Tables], Any]]] = [
     ("wall", "Wall-time budget",
      "Charged wall time per run as a fraction of wall_time_seconds: active time, charged "
      "resume downtime and approval waits (pale when the clock was paused). Red crosses mark "
-     "runs over budget. Below: burn-down along the run, approval waits and downtime shaded.",
+     "runs over budget. Then how close every run gets (ECDF per outcome), and the whole "
+     "fleet's burn-down along the run as quantile bands with the runs over or closest to "
+     "their budget drawn and labelled (click one to follow it everywhere).",
      lambda t: C.wall_time_budget(runs=t["runs"], states=t["states"],
                                   approvals=t["approvals"])),
     ("tokens", "Token budget",
      "Cumulative tokens along each run against its max_total_tokens (dashed), with history "
      "compactions (context_pressure.summary_fallback_applied) as black diamonds; right, "
-     "final tokens as a fraction of the budget for every run that has one.",
+     "final tokens as a fraction of the budget for every run that has one; below, the whole "
+     "fleet's token burn-down as quantile bands with the runs over or closest to their "
+     "budget drawn and labelled.",
      lambda t: C.token_budget(runs=t["runs"], states=t["states"],
                               model_calls=t["model_calls"], events=t["events"])),
     ("forks", "Fork points",
