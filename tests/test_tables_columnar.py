@@ -48,9 +48,20 @@ def _columnar_table(name: str, source: str, jobs: int | None = None) -> pl.DataF
                                  wants=m.WANTS, jobs=jobs)
 
 
+def _check_events(source: str, runs: list[Any], jobs: tuple[int | None, ...]) -> int:
+    """``events_df``'s loader (columnar, documents skimmed) equals the object builder over
+    complete snapshots, in process and in a pool."""
+    from rivumi_analysis.tables.events import events_frame, load_events
+
+    want = events_frame(runs)
+    for j in jobs:
+        assert_frame_equal(load_events(source, strict=False, max_depth=8, jobs=j), want)
+    return want.height
+
+
 def _check_all(source: str, jobs: tuple[int | None, ...] = (1,)) -> dict[str, int]:
     runs = load_fleet(source).runs
-    heights = {}
+    heights = {"events": _check_events(source, runs, jobs)}
     for name in TABLES:
         want = _oracle(name, runs)
         for j in jobs:
@@ -101,6 +112,55 @@ def test_strict_raises_for_a_quarantined_line_in_a_pool(corpus: str, tmp_path: P
         _common.load_columnar(str(copy), strict=True, max_depth=8, rows=m.tool_calls_rows,
                               model=m._model(), wants=m.WANTS, jobs=2)
     assert str(log) in err.value.quarantine["file"].to_list()
+    from rivumi_analysis.tables.events import load_events
+
+    with pytest.raises(QuarantineError) as err2:
+        load_events(str(copy), strict=True, max_depth=8, jobs=2)
+    assert_frame_equal(err2.value.quarantine, err.value.quarantine)
+    assert load_events(str(copy), strict=False, max_depth=8, jobs=2).height
+
+
+def test_events_arrow_schema_is_the_pandera_schema() -> None:
+    from rivumi_analysis.schemas import EventsSchema
+    from rivumi_analysis.tables.events import _events_schema
+
+    empty = pl.from_arrow(_events_schema().empty_table())
+    assert dict(empty.schema) == _common.polars_schema(EventsSchema)
+
+
+# documents the events tables skim for kind and run id (read.docskim), damaged in ways that
+# change the kind or run id, or that only the full parse can judge
+_DOC_EDITS: dict[str, Any] = {
+    "session.json": [
+        b"", b"[1]", b"{", b'{"run_id":"late","run_id":"x"}', b'{"run_id":"r","x":"\\udc00"}',
+        b'{"provider_name":"fork","run_id":"f"}', b'{"run\\u005fid":"escaped"}',
+        b'{"run_id":"r","x":"\xff"}', b'{"run_id":"r","x":1e999}', b'{"run_id":7}',
+        b'{"x":' + b"9" * 700 + b',"run_id":"long-int"}',
+    ],
+    "checkpoint.json": [
+        b'{"backend_name":"b","resumable":false,"run_id":"ext"}', b'{"run_id":"from-cp"}',
+        b'{"backend_name":"b","resumable":0}', b"null", b'{"run_id":"c","x":NaN}',
+    ],
+}
+
+
+def test_skimmed_documents_give_the_same_kind_and_run_id(corpus: str, tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "runs"
+    shutil.copytree(corpus, copy)
+    runs = sorted(p for p in copy.iterdir() if (p / "events.jsonl").is_file())
+    k = 0
+    for name, edits in _DOC_EDITS.items():
+        for edit in edits:
+            (runs[k] / name).write_bytes(edit)
+            k += 1
+    (runs[k] / "session.json").unlink()  # run id from the log, or the checkpoint
+    (runs[k + 1] / "backend-result.json").write_bytes(b"{}")  # external
+    fleet = load_fleet(str(copy)).runs
+    kinds = {r.kind for r in fleet}
+    assert {"external", "fork", "native"} <= kinds
+    _check_events(str(copy), fleet, jobs=(1, 2))
 
 
 def _write(tmp: Path, log: bytes) -> str:

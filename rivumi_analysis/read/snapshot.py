@@ -216,11 +216,12 @@ def stream_runs(source: Any, *, max_depth: int = DEFAULT_MAX_DEPTH,
     return iter_runs(discover(source, max_depth=max_depth).runs, columnar=columnar)
 
 
-def iter_runs(locations: list[RunLocation], *, columnar: bool = False) -> Iterator[RunData]:
+def iter_runs(locations: list[RunLocation], *, columnar: bool = False,
+              skim: bool = False) -> Iterator[RunData]:
     """Read runs one at a time, so memory is bounded by the largest run."""
     for loc in locations:
         yield read_run(loc.run_dir, is_subagent=loc.is_subagent, parent_run_dir=loc.parent_run_dir,
-                       source_root=loc.source_root, columnar=columnar)
+                       source_root=loc.source_root, columnar=columnar, skim=skim)
 
 
 def _parse_json_doc(fr: FileRead) -> tuple[Any, str | None]:
@@ -318,7 +319,8 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
              parent_run_dir: str | None = None, events_prefix: Any = None,
              decoded_out: list[Any] | None = None, source_root: str | None = None,
              columnar: bool = False, with_request: bool = False,
-             clean: bool = False, held_locks: frozenset[str] | None = None) -> RunData:
+             clean: bool = False, held_locks: frozenset[str] | None = None,
+             skim: bool = False) -> RunData:
     """Read one run directory into a :class:`RunData`. Never raises for bad content.
 
     A live run is re-read until ``session.json`` and ``events.jsonl`` were not replaced
@@ -334,6 +336,8 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     object is built. What no table needs is then not read: ``request.json`` and
     ``result.json`` (status ``not_read``), the listing and the writer lock (``with_request``:
     ``request.json`` is read all the same, for the limits ``states_df`` needs).
+    ``skim`` (with ``columnar``; ``events_df``): ``manifest`` and ``checkpoint`` hold only the
+    keys kind and run id are decided by (``read.docskim``), ``backend_result`` is not parsed.
 
     ``clean=True`` (the audit): every file is read as usual, but when the log of a native
     run is clean (``read.cleanlog.clean_log``; engine not ``exact``), ``RunData.fast`` holds
@@ -393,11 +397,18 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
             name not in not_read) else _skipped(not_read, name)
     if listing is None:
         listing = _listing(run_dir) if not columnar else ()
-    manifest, manifest_error = _parse_json_doc(files["session.json"])
+    skim = skim and columnar
+    parse_doc = _parse_json_doc
+    if skim:
+        from .docskim import skim_doc
+
+        def parse_doc(fr: FileRead) -> tuple[Any, str | None]:
+            return skim_doc(fr, _parse_json_doc)
+    manifest, manifest_error = parse_doc(files["session.json"])
     request, request_error = _parse_json_doc(files["request.json"])
     result, _ = _parse_json_doc(files["result.json"])
-    checkpoint, _ = _parse_json_doc(files["checkpoint.json"])
-    backend_result, _ = _parse_json_doc(files["backend-result.json"])
+    checkpoint, _ = parse_doc(files["checkpoint.json"])
+    backend_result, _ = _parse_json_doc(files["backend-result.json"]) if not skim else (None, None)
     ev = files["events.jsonl"]
     events_bytes = ev.data if ev.status == "ok" else None
     fast = None

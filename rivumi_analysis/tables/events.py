@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -9,13 +10,25 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH, Source
 from ..read.snapshot import RunData, gc_paused
-from ._common import check_strict, load, polars_schema, validate
+
+# (pandera, through ._common and ..schemas, is imported only where a frame is validated: in a
+# fresh process its import costs ~0.25 CPU-s, which load_events overlaps with the workers)
 
 EVENT_CHUNK_ROWS = 50_000
+
+_ARROW_COLUMNS = (
+    ("run_dir", "str"), ("run_id", "str"), ("kind", "str"), ("line_no", "int"),
+    ("byte_offset", "int"), ("byte_length", "int"), ("sequence", "int"), ("event_type", "str"),
+    ("event_run_id", "str"), ("task_id", "str"), ("event_id", "str"), ("created_at", "ts"),
+    ("text", "str"), ("data", "str"), ("warnings", "list"),
+)
+"""``EventsSchema``'s columns as the Arrow types ``pl.from_arrow`` turns into its dtypes
+(without importing pandera in a worker; ``tests/test_tables_columnar.py`` checks them)."""
 
 
 def events_frame(runs: Iterable[RunData]) -> pl.DataFrame:
     from ..schemas import EventsSchema
+    from ._common import validate
 
     return validate(_events_rows(runs), EventsSchema)
 
@@ -25,64 +38,90 @@ def load_events(source: Source | None, *, strict: bool, max_depth: int,
     """``events_df``'s flow: the columnar engine, in worker processes for a large fleet.
 
     Each worker reads a chunk of runs (fast path or exact, per file) and hands back an Arrow
-    frame, so the parent concatenates frames instead of rebuilding rows. Identical for any
-    number of workers.
+    table, so the parent concatenates tables instead of rebuilding rows. Identical for any
+    number of workers. The parent imports pyarrow before forking (the workers inherit it) and
+    pandera while the workers run.
     """
     from ..read.cache import PARALLEL_MIN_RUNS, _pool_context, default_jobs
     from ..read.discovery import discover
     from ..read.snapshot import Fleet
-    from ..schemas import EventsSchema
 
     if isinstance(source, (Fleet, RunData)) or (isinstance(source, (list, tuple)) and source
                                                 and all(isinstance(r, RunData) for r in source)):
+        from ._common import load
+
         return load(source, strict=strict, max_depth=max_depth, builder=events_frame)
     locations = discover(source, max_depth=max_depth).runs
     n_jobs = default_jobs() if jobs is None else max(1, jobs)
     n_jobs = min(n_jobs, max(1, len(locations) // 8))
-    if n_jobs <= 1 or len(locations) < PARALLEL_MIN_RUNS:
-        frame_, quarantined = _events_chunk(locations)
-        frames = [frame_]
-    else:
+    work = functools.partial(_events_chunk, keep_quarantined=strict)
+    tables: list[Any] = []
+    quarantined: list[RunData] = []
+    if n_jobs > 1 and len(locations) >= PARALLEL_MIN_RUNS:
         # small chunks: a worker holds one chunk of runs at a time (peak RSS 725 -> 602 MB
         # for 2,000 runs / 203 MB with 256 -> 64 runs per chunk; same CPU)
         size = max(8, min(64, len(locations) // (n_jobs * 4)))
         chunks = [locations[i:i + size] for i in range(0, len(locations), size)]
         try:
-            frames, quarantined = _events_in_pool(chunks, n_jobs, _pool_context())
+            _events_in_pool(work, chunks, n_jobs, _pool_context(), tables, quarantined)
         except (ImportError, OSError):
             # no process pool here (a sandbox, or privileges dropped after import so the
             # pool's modules cannot be loaded): the same rows, read in this process
-            frame_, quarantined = _events_chunk(locations)
-            frames = [frame_]
-    table = validate(pl.concat([pl.from_arrow(f) for f in frames], rechunk=False)
-                     if len(frames) > 1 else pl.from_arrow(frames[0]), EventsSchema)
+            tables, quarantined = [], []
+    if not tables:
+        table_, quarantined = work(locations)
+        tables = [table_]
+    from ..schemas import EventsSchema
+    from ._common import check_strict, validate
+
+    frames = [pl.from_arrow(t) for t in tables]
+    table = validate(pl.concat(frames, rechunk=False) if len(frames) > 1 else frames[0],
+                     EventsSchema)
     check_strict(quarantined, strict)
     return table
 
 
-def _events_in_pool(chunks: list[list[Any]], n_jobs: int,
-                    context: Any) -> tuple[list[Any], list[RunData]]:
+def _events_in_pool(work: Any, chunks: list[list[Any]], n_jobs: int, context: Any,
+                    tables: list[Any], quarantined: list[RunData]) -> None:
     from concurrent.futures import ProcessPoolExecutor
 
-    frames: list[Any] = []
-    quarantined: list[RunData] = []
+    _warm_arrow()
     with ProcessPoolExecutor(max_workers=n_jobs, mp_context=context) as ex:
-        for frame_, bad in ex.map(_events_chunk, chunks):
-            frames.append(frame_)
+        results = ex.map(work, chunks)  # every chunk submitted now
+        # meanwhile, what the parent needs afterwards (pandera's import alone is ~0.25 CPU-s)
+        from ..schemas import EventsSchema  # noqa: F401
+        from ._common import validate  # noqa: F401
+
+        for table_, bad in results:
+            tables.append(table_)
             quarantined.extend(bad)
-    return frames, quarantined
 
 
-def _events_chunk(locations: list[Any]) -> tuple[Any, list[RunData]]:
+def _warm_arrow() -> None:
+    """Pay pyarrow's one-off costs once, before forking, instead of in every worker: its
+    import, the pandas shim it imports on the first ``pa.array`` (pandas is installed with
+    pandera: ~0.15 CPU-s) and the compute kernels' first use."""
+    from ..read.columnar import columns, decode
+
+    line = (b'{"created_at":"2026-01-01T00:00:00.000001Z","data":{},"event_id":"e",'
+            b'"event_type":"t","run_id":"r","sequence":0,"task_id":null}\n')
+    warm = decode(line)
+    if warm is not None:
+        columns([warm])
+
+
+def _events_chunk(locations: list[Any], *,
+                  keep_quarantined: bool = True) -> tuple[Any, list[RunData]]:
     """Events rows of some runs as an Arrow table (unvalidated; no polars, so it is safe in
-    a forked worker) and the runs with quarantined lines."""
+    a forked worker) and, when ``keep_quarantined`` (a strict load), the runs with
+    quarantined lines."""
     from ..read.snapshot import iter_runs
 
     quarantined: list[RunData] = []
 
     def runs() -> Iterator[RunData]:
-        for run in iter_runs(locations, columnar=True):
-            if run.quarantined:
+        for run in iter_runs(locations, columnar=True, skim=True):
+            if keep_quarantined and run.quarantined:
                 quarantined.append(run)
             yield run
 
@@ -90,24 +129,13 @@ def _events_chunk(locations: list[Any]) -> tuple[Any, list[RunData]]:
         return _events_arrow(runs()), quarantined
 
 
-def _arrow_schema(schema: dict[str, pl.DataType]) -> Any:
-    """The Arrow schema that ``pl.from_arrow`` turns into exactly ``schema``."""
+def _events_schema() -> Any:
+    """The Arrow schema of the events rows (see :data:`_ARROW_COLUMNS`)."""
     import pyarrow as pa
 
-    fields = []
-    for name, dtype in schema.items():
-        if dtype == pl.Int64:
-            t = pa.int64()
-        elif dtype == pl.Utf8:
-            t = pa.large_string()
-        elif dtype == pl.List(pl.Utf8):
-            t = pa.large_list(pa.large_string())
-        elif isinstance(dtype, pl.Datetime):
-            t = pa.timestamp(dtype.time_unit, dtype.time_zone)
-        else:  # pragma: no cover - the events schema has no other type
-            raise TypeError(f"{name}: {dtype}")
-        fields.append(pa.field(name, t))
-    return pa.schema(fields)
+    types = {"str": pa.large_string(), "int": pa.int64(), "ts": pa.timestamp("us", "UTC"),
+             "list": pa.large_list(pa.large_string())}
+    return pa.schema([pa.field(name, types[t]) for name, t in _ARROW_COLUMNS])
 
 
 def _events_rows(runs: Iterable[RunData]) -> pl.DataFrame:
@@ -119,11 +147,9 @@ def _events_arrow(runs: Iterable[RunData]) -> Any:
     """The events rows as one Arrow table, built without polars (safe in a forked worker)."""
     import pyarrow as pa
 
-    from ..schemas import EventsSchema
-
-    schema = polars_schema(EventsSchema)
-    arrow = _arrow_schema(schema)
-    cols: dict[str, list[Any]] = {k: [] for k in schema}
+    arrow = _events_schema()
+    names = arrow.names
+    cols: dict[str, list[Any]] = {k: [] for k in names}
     chunks: list[Any] = []
     batch: list[RunData] = []  # consecutive runs on the columnar fast path
     batch_events = 0
@@ -132,7 +158,7 @@ def _events_arrow(runs: Iterable[RunData]) -> Any:
         nonlocal cols
         if cols["line_no"]:
             chunks.append(pa.table(cols, schema=arrow))
-            cols = {k: [] for k in schema}
+            cols = {k: [] for k in names}
 
     def flush_batch() -> None:
         nonlocal batch, batch_events
