@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from .errors import VERDICTS
 from .read.cache import Recorder
 from .read.cleanlog import CleanLog
@@ -43,6 +45,34 @@ class AuditResult:
 
     def to_json_obj(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "runs": self.runs, "skipped": self.skipped}
+
+    def to_json_text(self) -> str:
+        """What ``audit --format json`` prints, without its final newline.
+
+        The text of ``json.dumps(self.to_json_obj(), ensure_ascii=False, indent=1)``, encoded
+        by msgspec (~7x faster for a fleet; a record holds no float, so every value is written
+        alike, ``tests/test_audit_cold.py``); a string with a lone surrogate (a path that is not
+        UTF-8) falls back to ``json.dumps``.
+
+        >>> print(AuditResult(skipped=[{"path": "/r/x", "reason": "symlink"}]).to_json_text())
+        {
+         "schema_version": 1,
+         "runs": [],
+         "skipped": [
+          {
+           "path": "/r/x",
+           "reason": "symlink"
+          }
+         ]
+        }
+        """
+        obj = self.to_json_obj()
+        try:
+            return msgspec.json.format(msgspec.json.encode(obj), indent=1).decode("utf-8")
+        except (UnicodeError, TypeError, msgspec.EncodeError):
+            import json
+
+            return json.dumps(obj, ensure_ascii=False, indent=1)
 
 
 def _replay_verdict(run: RunData) -> tuple[bool | None, str | None]:

@@ -262,7 +262,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"rivumi-analysis audit: no runs found below {', '.join(paths)}", file=sys.stderr)
     out = sys.stdout
     if fmt == "json":
-        out.write(json.dumps(result.to_json_obj(), ensure_ascii=False, indent=1) + "\n")
+        out.write(result.to_json_text() + "\n")
     elif fmt == "jsonl":
         for rec in result.runs:
             out.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")

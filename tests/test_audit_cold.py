@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rivumi_analysis.read.cache as C
 import rivumi_analysis.read.snapshot as S
@@ -75,3 +77,93 @@ def test_proc_locks_read_once_per_batch(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(C, "LOCKS_BATCH", 2)
     recs = audit(str(tmp_path), jobs=1, cache=False).runs
     assert len(recs) == 5 and len(reads) == 3  # runs 0-1, 2-3, 4
+
+
+def _docs(name: str) -> list[bytes]:
+    found = sorted(SAMPLE_RUNS.rglob(name))
+    return [p.read_bytes() for p in found if p.is_file() and not p.is_symlink()]
+
+
+def _mutations(doc: bytes, keys: tuple[str, ...]) -> list[bytes]:
+    """Documents that only just differ from ``doc``: encodings, numbers, nesting, repeats."""
+    out = [doc, b" " + doc + b"\n", b"\xef\xbb\xbf" + doc, doc[:-1], doc + b"x", doc[:len(doc) // 2],
+           b"", b"[]", b"[1]", b'"x"', b"1", b"null", b"{}", b"{", doc.replace(b"{", b"[", 1)]
+    body = doc.rstrip()[1:-1] if doc.strip().startswith(b"{") else b""
+    sep = b"," if body.strip() else b""
+    extras = [b'"zz":"\xff"', b'"zz":"\xc3\xa9"', b'"zz":"\xed\xa0\x80"', b'"zz":"\\ud800"',
+              b'"zz":NaN', b'"zz":Infinity', b'"zz":1e400', b'"zz":-1e400', b'"zz":' + b"9" * 5000,
+              b'"zz":' + b"[" * 1000 + b"]" * 1000, b'"zz":' + b"[" * 900 + b"]" * 900,
+              b'"zz":"a\x01"', b'"zz":"\\q"', b'"zz":01', b'"zz":tru', b'"zz":{"a":1,"a":2}',
+              b'"zz":"\xe2\x80\xa8"', b'"zz":12345678901234567890123']
+    for extra in extras:
+        out.append(b"{" + body + sep + extra + b"}")
+        out.append(b"{" + extra + sep + body + b"}")
+    values = [b'"r1"', b"false", b"true", b"null", b"0", b"1.5", b"1e400", b"NaN", b'"\\ud800"',
+              b'"\xc3\xa9"', b'"\xff"', b"[1,{}]", b'{"a":"b"}', b'"' + b"x" * 3 + b'"']
+    for key in keys:
+        for v in values:
+            kv = b'"' + key.encode() + b'":' + v
+            out.append(b"{" + body + sep + kv + b"}")  # a repeat of the key, last one wins
+            out.append(b"{" + kv + sep + body + b"}")
+            out.append(b"{" + kv + b"}")
+    return out
+
+
+@pytest.mark.parametrize("name", ["checkpoint.json", "result.json"])
+def test_audit_doc_is_the_full_parse_reduced(name: str) -> None:
+    """The typed partial decode equals the runner-faithful parse, reduced to the keys the
+    audit reads, on every sample document and its near misses."""
+    keys = S._AUDIT_DOCS[name][1]
+    docs = _docs(name)
+    assert len(docs) > 20
+    typed = 0
+    for doc in docs:
+        for data in _mutations(doc, keys):
+            fr = S.FileRead("ok", data=data, size=len(data))
+            full, _err = S._parse_json_doc(fr)
+            want = {k: full[k] for k in keys if k in full} if isinstance(full, dict) else full
+            got = S.audit_doc(fr, name)
+            # NaN != NaN: compare the JSON forms (both sides came from the same text)
+            assert repr(got) == repr(want), (name, data[:200])
+            typed += isinstance(want, dict)
+    assert typed > len(docs) * 10
+    decoder = S._AUDIT_DOCS[name][0]
+    for doc in docs:  # every valid ASCII sample document takes the typed decode
+        full, _err = S._parse_json_doc(S.FileRead("ok", data=doc, size=len(doc)))
+        if isinstance(full, dict) and doc.isascii() and S._msgspec_may_read(doc):
+            decoder.decode(doc)
+    for status in ("missing", "symlink", "not_read"):
+        assert S.audit_doc(S.FileRead(status), name) is None
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.text(alphabet=st.characters(codec="utf-8")),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.text(alphabet=st.characters(codec="utf-8"), max_size=6), inner, max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs=st.lists(st.dictionaries(st.text(max_size=8), _JSON, max_size=5), max_size=3),
+       path=st.text())
+def test_json_text_is_json_dumps(runs: list, path: str) -> None:
+    """``audit --format json`` is the text of ``json.dumps(..., indent=1)`` for every value
+    a record can hold (no float), control characters, non-ASCII and lone surrogates."""
+    import json
+
+    from rivumi_analysis.audit import AuditResult
+
+    res = AuditResult(runs=runs, skipped=[{"path": path, "reason": "symlink"}])
+    assert res.to_json_text() == json.dumps(res.to_json_obj(), ensure_ascii=False, indent=1)
+
+
+def test_json_text_of_a_fleet_audit() -> None:
+    import json
+
+    from rivumi_analysis.audit import AuditResult
+
+    res = audit(str(SAMPLE_RUNS), jobs=1, cache=False)
+    assert res.to_json_text() == json.dumps(res.to_json_obj(), ensure_ascii=False, indent=1)
+    odd = AuditResult(skipped=[{"path": "/r/\udcff\x00\u2028", "reason": "symlink"}])
+    assert odd.to_json_text() == json.dumps(odd.to_json_obj(), ensure_ascii=False, indent=1)

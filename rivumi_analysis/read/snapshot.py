@@ -224,14 +224,20 @@ def iter_runs(locations: list[RunLocation], *, columnar: bool = False,
                        source_root=loc.source_root, columnar=columnar, skim=skim)
 
 
+def _msgspec_may_read(data: bytes) -> bool:
+    """Whether msgspec may decode ``data`` for the runner's ``json.loads``: msgspec's own depth
+    limit depends on the stack, so only text that cannot reach the documented limit goes to
+    it (a RecursionError falls back to the explicit parser), and none with a digit run long
+    enough for the runner's integer limit."""
+    return (data.count(b"[") + data.count(b"{") <= _runner_json.PYTHON_JSON_MAX_DEPTH
+            and not _runner_json.may_have_long_int(data))
+
+
 def _parse_json_doc(fr: FileRead) -> tuple[Any, str | None]:
     """``json.loads`` on UTF-8 text, as the runner reads its JSON documents."""
     if fr.status != "ok" or fr.data is None:
         return None, None
-    # msgspec's own depth limit depends on the stack: only text that cannot reach the
-    # documented limit goes to it (a RecursionError falls back to the explicit parser)
-    deep = fr.data.count(b"[") + fr.data.count(b"{") > _runner_json.PYTHON_JSON_MAX_DEPTH
-    if not deep and not _runner_json.may_have_long_int(fr.data):
+    if _msgspec_may_read(fr.data):
         try:
             # msgspec reads standard JSON exactly as json.loads does; what it refuses (NaN,
             # Infinity, lone surrogates) goes to json.loads, as the runner
@@ -254,6 +260,50 @@ def _parse_json_doc(fr: FileRead) -> tuple[Any, str | None]:
         return None, f"not valid JSON: {exc}"
 
 
+class _CheckpointKeys(msgspec.Struct):
+    """What the audit reads of ``checkpoint.json`` (``_kind``, ``_run_id``)."""
+
+    backend_name: Any = msgspec.UNSET
+    resumable: Any = msgspec.UNSET
+    run_id: Any = msgspec.UNSET
+
+
+class _ResultKeys(msgspec.Struct):
+    """What the audit reads of ``result.json`` (``resume``'s result rules, the record)."""
+
+    status: Any = msgspec.UNSET
+    terminal_reason: Any = msgspec.UNSET
+
+
+_AUDIT_DOCS = {"checkpoint.json": (msgspec.json.Decoder(_CheckpointKeys),
+                                   _CheckpointKeys.__struct_fields__),
+               "result.json": (msgspec.json.Decoder(_ResultKeys), _ResultKeys.__struct_fields__)}
+
+
+def audit_doc(fr: FileRead, name: str) -> Any:
+    """``_parse_json_doc(fr)[0]`` with only the keys the audit reads when it is an object
+    (``checkpoint.json``, ``result.json``: a 20 KB checkpoint for three keys).
+
+    A typed decode that skips every other value gives exactly that when the text is ASCII
+    (a skipped string's UTF-8 is not checked), cannot nest past the runner's limit and has no
+    long digit run (:func:`_msgspec_may_read`): what msgspec then accepts is a JSON object,
+    the runner's ``json.loads`` reads it as one with the same values for these keys (a
+    repeated key: the last, in both), and what it refuses goes to the full parse.
+    ``tests/test_audit_cold.py`` proves it equal on every sample document and mutations.
+    """
+    decoder, keys = _AUDIT_DOCS[name]
+    data = fr.data
+    if fr.status == "ok" and data is not None and data.isascii() and _msgspec_may_read(data):
+        try:
+            doc = decoder.decode(data)
+        except (msgspec.DecodeError, RecursionError):
+            pass
+        else:
+            return {k: v for k in keys if (v := getattr(doc, k)) is not msgspec.UNSET}
+    full, _err = _parse_json_doc(fr)
+    return {k: full[k] for k in keys if k in full} if isinstance(full, dict) else full
+
+
 def _listing(run_dir: str) -> tuple[str, ...]:
     try:
         return tuple(sorted(os.listdir(run_dir)))
@@ -268,7 +318,8 @@ def atomic_leftovers(listing: tuple[str, ...]) -> list[str]:
     ...                   ".result.json.x1.tmp", ".session.json"))
     ['.result.json.x1.tmp', '.session.json.k3j2h1']
     """
-    return sorted(name for name in listing for target in ATOMIC_WRITE_TARGETS
+    dotted = [name for name in listing if name[:1] == "."]  # (usually only .writer.lock)
+    return sorted(name for name in dotted for target in ATOMIC_WRITE_TARGETS
                   if name.startswith(f".{target}.") and len(name) > len(target) + 2)
 
 
@@ -343,6 +394,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     run is clean (``read.cleanlog.clean_log``; engine not ``exact``), ``RunData.fast`` holds
     its columns and no per-line object is built; the verdict rules read the columns
     (:func:`clean_objects` gives the objects, :func:`exact_run` the complete snapshot).
+    ``checkpoint``/``result`` then hold only the keys the audit reads (:func:`audit_doc`).
     ``decoded_out`` then receives nothing. The folder is listed first, and a file the
     listing does not hold is ``missing`` without being opened (a local run's audit opens
     only what exists; the listing is a snapshot taken before the files, as the files are).
@@ -406,8 +458,13 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
             return skim_doc(fr, _parse_json_doc)
     manifest, manifest_error = parse_doc(files["session.json"])
     request, request_error = _parse_json_doc(files["request.json"])
-    result, _ = _parse_json_doc(files["result.json"])
-    checkpoint, _ = parse_doc(files["checkpoint.json"])
+    if clean and not columnar and _columnar_engine() != "exact":
+        # the audit reads three keys of checkpoint.json and two of result.json
+        result = audit_doc(files["result.json"], "result.json")
+        checkpoint = audit_doc(files["checkpoint.json"], "checkpoint.json")
+    else:
+        result, _ = _parse_json_doc(files["result.json"])
+        checkpoint, _ = parse_doc(files["checkpoint.json"])
     backend_result, _ = _parse_json_doc(files["backend-result.json"]) if not skim else (None, None)
     ev = files["events.jsonl"]
     events_bytes = ev.data if ev.status == "ok" else None
@@ -480,6 +537,12 @@ _RUN_FILES = frozenset({"session.json", "request.json", "events.jsonl", "result.
 def _skipped(not_read: Any, name: str) -> FileRead:
     """A file not opened: ``missing`` when the listing showed it absent, else ``not_read``."""
     return not_read[name] if isinstance(not_read, dict) else _NOT_READ
+
+
+def _columnar_engine() -> str:
+    from .columnar import engine
+
+    return engine()
 
 
 def _io_for(run_dir: str) -> tuple[Any, Any, Any, Any]:
