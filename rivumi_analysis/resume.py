@@ -127,8 +127,8 @@ def decide(run: RunData) -> Verdict:
         try:
             # the msgspec twin answers for the documents the runner writes; pydantic (the
             # oracle) for everything else, and for every refusal (its exact message)
-            manifest_model = _fast_models.manifest(manifest) or SessionManifest.model_validate(
-                manifest)
+            manifest_model = (run.manifest_model or _fast_models.manifest(manifest)
+                              or SessionManifest.model_validate(manifest))
         except ValidationError as exc:
             if run.kind == "fork":
                 c.reason("fork_manifest_rejected", f"{run.run_dir}/session.json: fork manifest "

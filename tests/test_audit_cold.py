@@ -144,7 +144,7 @@ _JSON = st.recursive(
     max_leaves=20)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(runs=st.lists(st.dictionaries(st.text(max_size=8), _JSON, max_size=5), max_size=3),
        path=st.text())
 def test_json_text_is_json_dumps(runs: list, path: str) -> None:
@@ -167,3 +167,64 @@ def test_json_text_of_a_fleet_audit() -> None:
     assert res.to_json_text() == json.dumps(res.to_json_obj(), ensure_ascii=False, indent=1)
     odd = AuditResult(skipped=[{"path": "/r/\udcff\x00\u2028", "reason": "symlink"}])
     assert odd.to_json_text() == json.dumps(odd.to_json_obj(), ensure_ascii=False, indent=1)
+
+
+_MANIFEST_KEYS = S._ManifestKeys.__struct_fields__
+
+
+def _check_audit_manifest(data: bytes) -> bool:
+    """``audit_manifest`` equals the parse and the twin of the parsed document; returns
+    whether it took the straight decode."""
+    from rivumi_analysis.read import fast_models as fm
+
+    fr = S.FileRead("ok", data=data, size=len(data))
+    model, doc, err = S.audit_manifest(fr)
+    full, full_err = S._parse_json_doc(fr)
+    if model is None:
+        assert repr(doc) == repr(full) and err == full_err
+        return False
+    assert isinstance(full, dict), data[:200]
+    assert model == fm.manifest(full), data[:200]
+    assert doc == {k: full[k] for k in _MANIFEST_KEYS if k in full}
+    assert err is None
+    return True
+
+
+def test_audit_manifest_on_every_sample_manifest_and_near_misses() -> None:
+    docs = _docs("session.json")
+    assert len(docs) > 80
+    straight = 0
+    for doc in docs:
+        straight += _check_audit_manifest(doc)
+    assert straight > 80  # the runner's manifests take the straight decode
+    nested = 0
+    for doc in docs[::6]:
+        for data in _mutations(doc, _MANIFEST_KEYS):
+            _check_audit_manifest(data)
+        # values the twin types as Any: nesting past the runner's json.loads, long digits
+        if b'"provider_metadata":{}' in doc:
+            nested += 1
+            for value in (b"[" * 970 + b"]" * 970, b"[" * 100 + b"]" * 100, b"7" * 4400,
+                          b"9" * 5000, b"1e400", b'"\\ud800"', b'"\xff"'):
+                _check_audit_manifest(doc.replace(b'"provider_metadata":{}',
+                                                  b'"provider_metadata":{"x":' + value + b"}", 1))
+    assert nested > 3
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_audit_manifest_on_generated_mutations(index: int) -> None:
+    """The twin's mutation set (types, missing/extra keys at every level, ranges, NaN and
+    infinities, padded strings, timestamps), each written as JSON text."""
+    import json
+
+    from tests.test_fast_models import RICH_MANIFESTS
+    from tests.test_fast_models import _mutations as doc_mutations
+
+    doc = json.loads(RICH_MANIFESTS[index].read_text("utf-8"))
+    muts = doc_mutations(doc)
+    taken = 0
+    for i, m in enumerate(muts):
+        compact = (",", ":") if i % 2 else None  # the runner's layout, and json's default
+        taken += _check_audit_manifest(
+            json.dumps(m, ensure_ascii=bool(i % 3), separators=compact).encode("utf-8"))
+    assert len(muts) > 2000 and 0 < taken < len(muts)

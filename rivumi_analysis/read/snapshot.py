@@ -113,6 +113,10 @@ class RunData:
     writer_active: bool
     live_changed: bool
     source_root: str | None = None  # discovery's RunLocation.source_root (run_path)
+    manifest_model: Any = None
+    """``read.fast_models.SessionManifest`` decoded straight from ``session.json`` when read
+    for the audit (``read_run(clean=True)``) and the twin accepts it; ``manifest`` then holds
+    only the keys the audit reads of the document (:func:`audit_manifest`)."""
     fast: Any = None
     """``columnar.Decoded`` when the run was read for columns (``read_run(columnar=True)``)
     and its log is on the fast path; ``lines`` and ``events`` are then empty and only the
@@ -304,6 +308,47 @@ def audit_doc(fr: FileRead, name: str) -> Any:
     return {k: full[k] for k in keys if k in full} if isinstance(full, dict) else full
 
 
+class _ManifestKeys(msgspec.Struct):
+    """What the audit reads of ``session.json`` as a document (the record, ``_kind``,
+    ``_run_id``, ``resume``'s messages); the rest it reads from the twin."""
+
+    last_event_sequence: Any = msgspec.UNSET
+    phase: Any = msgspec.UNSET
+    provider_name: Any = msgspec.UNSET
+    run_id: Any = msgspec.UNSET
+    terminal: Any = msgspec.UNSET
+
+
+_MANIFEST_KEYS = msgspec.json.Decoder(_ManifestKeys)
+
+
+def audit_manifest(fr: FileRead) -> tuple[Any, Any, str | None]:
+    """``(twin, document, error)`` of ``session.json`` for the audit.
+
+    When msgspec may read the text (:func:`_msgspec_may_read`) and the msgspec twin of
+    ``SessionManifest`` accepts it decoded straight from the bytes
+    (``fast_models.manifest_from_json``), the document is only its keys the audit reads
+    (a second typed decode that skips the rest; every other key is a twin field, so none is
+    unknown). Else ``(None, *_parse_json_doc(fr))``, and the verdict asks the twin and
+    pydantic of the parsed document as always.
+    """
+    data = fr.data
+    if fr.status == "ok" and data is not None and _msgspec_may_read(data):
+        from .fast_models import manifest_from_json
+
+        model = manifest_from_json(data)
+        if model is not None:
+            try:
+                keys = _MANIFEST_KEYS.decode(data)
+            except (msgspec.DecodeError, RecursionError):  # pragma: no cover - read above
+                pass
+            else:
+                return model, {k: v for k in _ManifestKeys.__struct_fields__
+                               if (v := getattr(keys, k)) is not msgspec.UNSET}, None
+    doc, err = _parse_json_doc(fr)
+    return None, doc, err
+
+
 def _listing(run_dir: str) -> tuple[str, ...]:
     try:
         return tuple(sorted(os.listdir(run_dir)))
@@ -456,13 +501,16 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
 
         def parse_doc(fr: FileRead) -> tuple[Any, str | None]:
             return skim_doc(fr, _parse_json_doc)
-    manifest, manifest_error = parse_doc(files["session.json"])
     request, request_error = _parse_json_doc(files["request.json"])
+    manifest_model = None
     if clean and not columnar and _columnar_engine() != "exact":
-        # the audit reads three keys of checkpoint.json and two of result.json
+        # the audit reads session.json as its twin, three keys of checkpoint.json and two of
+        # result.json
+        manifest_model, manifest, manifest_error = audit_manifest(files["session.json"])
         result = audit_doc(files["result.json"], "result.json")
         checkpoint = audit_doc(files["checkpoint.json"], "checkpoint.json")
     else:
+        manifest, manifest_error = parse_doc(files["session.json"])
         result, _ = _parse_json_doc(files["result.json"])
         checkpoint, _ = parse_doc(files["checkpoint.json"])
     backend_result, _ = _parse_json_doc(files["backend-result.json"]) if not skim else (None, None)
@@ -525,6 +573,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
         lines=lines, events=events, events_bytes=events_bytes,
         events_status=ev.status, writer_lock_token=token, writer_active=held,
         live_changed=live_changed, source_root=source_root, fast=fast,
+        manifest_model=manifest_model,
     )
 
 
