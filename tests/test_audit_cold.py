@@ -228,3 +228,42 @@ def test_audit_manifest_on_generated_mutations(index: int) -> None:
         taken += _check_audit_manifest(
             json.dumps(m, ensure_ascii=bool(i % 3), separators=compact).encode("utf-8"))
     assert len(muts) > 2000 and 0 < taken < len(muts)
+
+
+def test_msgspec_refuses_integers_past_the_toolkit_limit() -> None:
+    """msgspec decodes an integer literal of up to ``INT_MAX_DIGITS`` digits to the value
+    ``json.loads`` gives (or refuses it) and always refuses a longer one, whatever Python's
+    own limit: so a document msgspec decodes whole needs no digit-run check first
+    (``snapshot._msgspec_may_read``; a refusal goes to the explicit parser)."""
+    import json
+    import sys
+    from typing import Any
+
+    import msgspec
+
+    from rivumi_analysis.read.runner_json import INT_MAX_DIGITS
+
+    before = sys.get_int_max_str_digits()
+    try:
+        for limit in (0, 640, before):
+            sys.set_int_max_str_digits(limit)
+            for sign in (b"", b"-"):
+                ok = sign + b"7" * INT_MAX_DIGITS
+                too_long = sign + b"7" * (INT_MAX_DIGITS + 1)
+                for typ in (Any, dict[str, Any]):
+                    wrap = (lambda v: b"[" + v + b"]") if typ is Any else (
+                        lambda v: b'{"a":' + v + b"}")
+                    try:  # (msgspec counts a minus sign as a digit: a refusal, the parser)
+                        got = msgspec.json.decode(wrap(ok), type=typ)
+                    except msgspec.DecodeError:
+                        assert sign or limit not in (0, before)
+                    else:
+                        assert got == json.loads(wrap(ok))
+                    with pytest.raises(msgspec.DecodeError):
+                        msgspec.json.decode(wrap(too_long), type=typ)
+        sys.set_int_max_str_digits(before)
+        # a long mantissa is a float, read alike (no integer limit applies)
+        long_float = b"[0." + b"3" * 5000 + b"1e5]"
+        assert msgspec.json.decode(long_float) == json.loads(long_float)
+    finally:
+        sys.set_int_max_str_digits(before)

@@ -231,10 +231,12 @@ def iter_runs(locations: list[RunLocation], *, columnar: bool = False,
 def _msgspec_may_read(data: bytes) -> bool:
     """Whether msgspec may decode ``data`` for the runner's ``json.loads``: msgspec's own depth
     limit depends on the stack, so only text that cannot reach the documented limit goes to
-    it (a RecursionError falls back to the explicit parser), and none with a digit run long
-    enough for the runner's integer limit."""
-    return (data.count(b"[") + data.count(b"{") <= _runner_json.PYTHON_JSON_MAX_DEPTH
-            and not _runner_json.may_have_long_int(data))
+    it (a RecursionError falls back to the explicit parser). A document msgspec decodes whole
+    needs no integer check: msgspec refuses every literal of more than the toolkit's
+    ``INT_MAX_DIGITS`` digits whatever ``PYTHONINTMAXSTRDIGITS`` says (and a negative one of
+    exactly that many; ``tests/test_audit_cold.py`` pins both), and a refusal goes to the
+    explicit parser, which decides as ``json.loads`` with the documented limits."""
+    return data.count(b"[") + data.count(b"{") <= _runner_json.PYTHON_JSON_MAX_DEPTH
 
 
 def _parse_json_doc(fr: FileRead) -> tuple[Any, str | None]:
@@ -289,15 +291,17 @@ def audit_doc(fr: FileRead, name: str) -> Any:
     (``checkpoint.json``, ``result.json``: a 20 KB checkpoint for three keys).
 
     A typed decode that skips every other value gives exactly that when the text is ASCII
-    (a skipped string's UTF-8 is not checked), cannot nest past the runner's limit and has no
-    long digit run (:func:`_msgspec_may_read`): what msgspec then accepts is a JSON object,
+    (a skipped string's UTF-8 is not checked), cannot nest past the runner's limit
+    (:func:`_msgspec_may_read`) and has no long digit run (a skipped integer's length is not
+    checked either): what msgspec then accepts is a JSON object,
     the runner's ``json.loads`` reads it as one with the same values for these keys (a
     repeated key: the last, in both), and what it refuses goes to the full parse.
     ``tests/test_audit_cold.py`` proves it equal on every sample document and mutations.
     """
     decoder, keys = _AUDIT_DOCS[name]
     data = fr.data
-    if fr.status == "ok" and data is not None and data.isascii() and _msgspec_may_read(data):
+    if (fr.status == "ok" and data is not None and data.isascii() and _msgspec_may_read(data)
+            and not _runner_json.may_have_long_int(data)):
         try:
             doc = decoder.decode(data)
         except (msgspec.DecodeError, RecursionError):
