@@ -290,18 +290,20 @@ def audit_doc(fr: FileRead, name: str) -> Any:
     """``_parse_json_doc(fr)[0]`` with only the keys the audit reads when it is an object
     (``checkpoint.json``, ``result.json``: a 20 KB checkpoint for three keys).
 
-    A typed decode that skips every other value gives exactly that when the text is ASCII
-    (a skipped string's UTF-8 is not checked), cannot nest past the runner's limit
-    (:func:`_msgspec_may_read`) and has no long digit run (a skipped integer's length is not
-    checked either): what msgspec then accepts is a JSON object,
-    the runner's ``json.loads`` reads it as one with the same values for these keys (a
-    repeated key: the last, in both), and what it refuses goes to the full parse.
+    A typed decode that skips every other value gives exactly that when the text is valid
+    UTF-8 (a skipped string's UTF-8 is not checked), cannot nest past the runner's limit and
+    has no long digit run (a skipped integer's length is not checked either): the guard of
+    ``read.docskim``, which skims the same way for ``events_df``. What msgspec then accepts
+    is a JSON object, the runner's ``json.loads`` reads it as one with the same values for
+    these keys (a repeated key: the last, in both), and what it refuses goes to the full
+    parse.
     ``tests/test_audit_cold.py`` proves it equal on every sample document and mutations.
     """
+    from .docskim import _skimmable
+
     decoder, keys = _AUDIT_DOCS[name]
     data = fr.data
-    if (fr.status == "ok" and data is not None and data.isascii() and _msgspec_may_read(data)
-            and not _runner_json.may_have_long_int(data)):
+    if fr.status == "ok" and data is not None and _skimmable(data):
         try:
             doc = decoder.decode(data)
         except (msgspec.DecodeError, RecursionError):
