@@ -68,6 +68,7 @@ CAPS: Mapping[str, int] = {
     "repeat_runs": 30,         # runs drawn as repeat-count lines
     "budget_runs": 40,         # runs drawn in the wall-time / token budget charts
     "budget_points": 5000,     # points of all burn-down / cumulative lines together
+    "band_points": 1200,       # points of the runs drawn over a burn-down's quantile bands
     "fork_runs": 30,           # rows in the fork-point chart
     "fork_points": 4000,       # safe fork points drawn
     "fleet_points": 3000,      # runs drawn in the fleet scatter (the bars count all runs)
@@ -683,7 +684,7 @@ def step_burn_bands(runs: pl.DataFrame, states: pl.DataFrame, *, max_lines: int 
     lines = _downsample(st.join(pick.select("run_dir", "run", "run_id"), on="run_dir",
                                 how="inner", maintain_order="left")
                         .sort("run_dir", "sequence", maintain_order=True),
-                        CAPS["budget_points"])
+                        CAPS["band_points"])
     over = pick.filter(pl.col("_over")).height
     return band_burn_chart(
         bands, lines.drop("run_dir"),
@@ -991,7 +992,7 @@ def dodge(values: Iterable[float], gap: float) -> list[float]:
 
 def band_burn_chart(bands: pl.DataFrame, lines: pl.DataFrame, *, title: str, subtitle: Any,
                     x_title: str, y_title: str, y_cap: float | None = None,
-                    width: int = 560, height: int = 230, label_width: float = 0.42,
+                    width: int = 600, height: int = 230, label_width: float = 0.6,
                     label_gap: float | None = None) -> alt.LayerChart:
     """The fleet's quantile bands (p10–p90, p25–p75, median) with some runs drawn on top,
     each labelled at its end (labels dodged so they never overlap; full id in the tooltip).
@@ -1041,11 +1042,11 @@ def band_burn_chart(bands: pl.DataFrame, lines: pl.DataFrame, *, title: str, sub
     layers.append(alt.Chart(_values(pl.DataFrame({"y": [1.0]}))).mark_rule(
         color="#d62728", strokeDash=[6, 3]).encode(y="y:Q"))
     if lines.height:
-        ltip = ["run_id:N", "run:N"] + [c for c in ("sequence:Q", "event_type:N")
-                                        if c.split(":")[0] in lines.columns] + [
+        # line rows carry only id, position and sequence (the label layer names the run)
+        ltip = ["run_id:N"] + [c for c in ("sequence:Q",) if c.split(":")[0]
+                               in lines.columns] + [
             alt.Tooltip("y:Q", format=".1%", title=y_title)]
-        lcols = [c for c in ("run", "run_id", "x", "y", "sequence", "event_type")
-                 if c in lines.columns]
+        lcols = [c for c in ("run_id", "x", "y", "sequence") if c in lines.columns]
         layers.append(alt.Chart(_values(lines.select(lcols).with_columns(
             pl.col("x", "y").round(5)))).mark_line(
             interpolate="step-after", color="#d62728", strokeWidth=1.4).encode(
@@ -1255,7 +1256,8 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     if not _has(states, "run_dir", "charged_wall_seconds", "wall_elapsed_seconds", "sequence"):
         return top
     assert states is not None
-    burn = wall_burn_bands(r, states, max_lines=max_lines, max_points=max_points)
+    burn = wall_burn_bands(r, states, max_lines=max_lines,
+                           max_points=min(max_points, CAPS["band_points"]))
     return with_focus(alt.vconcat(top, burn).resolve_scale(color="independent")
                       if burn is not None else top)
 
@@ -1272,7 +1274,7 @@ def _burn_pick(r: pl.DataFrame, frac: str, over: pl.Expr, max_lines: int) -> pl.
 
 
 def wall_burn_bands(r: pl.DataFrame, states: pl.DataFrame, *, max_lines: int = 8,
-                    max_points: int = CAPS["budget_points"], bins: int = 50
+                    max_points: int = CAPS["band_points"], bins: int = 50
                     ) -> alt.LayerChart | None:
     """Burn-down of the wall-time budget for the whole fleet: charged time / budget along
     each run's own wall-clock time (0–100 %), as quantile bands over every run with a
@@ -1512,13 +1514,14 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                 tooltip=["from_f:Q", "to_f:Q", "runs:Q", "status:N"])
             .properties(width=170, height=260))
     both = alt.hconcat(left, right).resolve_scale(color="independent")
-    band = token_burn_bands(r, cum_all, max_lines=max_lines, max_points=max_points)
+    band = token_burn_bands(r, cum_all, max_lines=max_lines,
+                            max_points=min(max_points, CAPS["band_points"]))
     return with_focus(alt.vconcat(both, band).resolve_scale(color="independent")
                       if band is not None else both)
 
 
 def token_burn_bands(r: pl.DataFrame, cum: pl.DataFrame, *, max_lines: int = 8,
-                     max_points: int = CAPS["budget_points"], bins: int = 50
+                     max_points: int = CAPS["band_points"], bins: int = 50
                      ) -> alt.LayerChart | None:
     """Token budget burn-down for the whole fleet: cumulative tokens / ``max_total_tokens``
     along each run's events (0–100 % of its sequence range), as quantile bands over every
