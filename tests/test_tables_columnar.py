@@ -223,3 +223,15 @@ def test_states_prepared_in_a_pool_equal_the_reference(
         states_df(str(copy), strict=True)
     with pytest.raises(NotVectorizable, match="duplicate_sequence"):
         states_df(str(copy), engine="vectorized")
+
+
+def test_events_of_clean_logs_with_null_task_ids(tmp_path: Path) -> None:
+    """Null task ids on the fast path (the buffers carry a not-null byte per event)."""
+    from rivumi_analysis.read.cleanlog import clean_log
+
+    lines = [_mutate("task_id_null", ln) if i % 3 else ln for i, ln in enumerate(LINES)]
+    log = b"".join(lines)
+    assert clean_log(log) is not None and b'"task_id":null' in log
+    source = _write(tmp_path, log)
+    heights = _check_all(source)
+    assert heights["events"] == len(LINES)

@@ -439,7 +439,8 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     ``result.json`` (status ``not_read``), the listing and the writer lock (``with_request``:
     ``request.json`` is read all the same, for the limits ``states_df`` needs).
     ``skim`` (with ``columnar``; ``events_df``): ``manifest`` and ``checkpoint`` hold only the
-    keys kind and run id are decided by (``read.docskim``), ``backend_result`` is not parsed.
+    keys kind and run id are decided by (``read.docskim``), ``backend_result`` is not parsed,
+    and ``RunData.fast`` is a ``cleanlog.CleanLog`` (every per-event check done).
 
     ``clean=True`` (the audit): every file is read as usual, but when the log of a native
     run is clean (``read.cleanlog.clean_log``; engine not ``exact``), ``RunData.fast`` holds
@@ -527,7 +528,12 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
         from .columnar import decode, engine
 
         if engine() != "exact":
-            fast = decode(events_bytes)
+            if skim:  # events_df: the clean-log proof, all of it per file (no pyarrow)
+                from .cleanlog import clean_log
+
+                fast = clean_log(events_bytes)
+            else:
+                fast = decode(events_bytes)
     elif clean and events_bytes and events_prefix is None:
         from .cleanlog import clean_log
         from .columnar import engine

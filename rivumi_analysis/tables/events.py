@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import itertools
+from array import array
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -37,10 +39,11 @@ def load_events(source: Source | None, *, strict: bool, max_depth: int,
                 jobs: int | None = None) -> pl.DataFrame:
     """``events_df``'s flow: the columnar engine, in worker processes for a large fleet.
 
-    Each worker reads a chunk of runs (fast path or exact, per file) and hands back an Arrow
-    table, so the parent concatenates tables instead of rebuilding rows. Identical for any
-    number of workers. The parent imports pyarrow before forking (the workers inherit it) and
-    pandera while the workers run.
+    Workers (forked, importing neither pyarrow nor polars) read chunks of runs: a clean log
+    (``read.cleanlog``, the audit's proof) becomes plain column buffers (bytes and offsets,
+    no object per event), any other log the exact path's rows. The parent wraps the buffers
+    as Arrow arrays without copying, concatenates and validates; it imports pyarrow and
+    pandera while the workers run. Identical for any number of workers.
     """
     from ..read.cache import PARALLEL_MIN_RUNS, _pool_context, default_jobs
     from ..read.discovery import discover
@@ -55,7 +58,7 @@ def load_events(source: Source | None, *, strict: bool, max_depth: int,
     n_jobs = default_jobs() if jobs is None else max(1, jobs)
     n_jobs = min(n_jobs, max(1, len(locations) // 8))
     work = functools.partial(_events_chunk, keep_quarantined=strict)
-    tables: list[Any] = []
+    frames: list[pl.DataFrame] = []
     quarantined: list[RunData] = []
     if n_jobs > 1 and len(locations) >= PARALLEL_MIN_RUNS:
         # small chunks: a worker holds one chunk of runs at a time (peak RSS 725 -> 602 MB
@@ -63,18 +66,17 @@ def load_events(source: Source | None, *, strict: bool, max_depth: int,
         size = max(8, min(64, len(locations) // (n_jobs * 4)))
         chunks = [locations[i:i + size] for i in range(0, len(locations), size)]
         try:
-            _events_in_pool(work, chunks, n_jobs, _pool_context(), tables, quarantined)
+            _events_in_pool(work, chunks, n_jobs, _pool_context(), frames, quarantined)
         except (ImportError, OSError):
             # no process pool here (a sandbox, or privileges dropped after import so the
             # pool's modules cannot be loaded): the same rows, read in this process
-            tables, quarantined = [], []
-    if not tables:
-        table_, quarantined = work(locations)
-        tables = [table_]
+            frames, quarantined = [], []
+    if not frames:
+        segments, quarantined = work(locations)
+        frames = [_frame(segments)]
     from ..schemas import EventsSchema
     from ._common import check_strict, validate
 
-    frames = [pl.from_arrow(t) for t in tables]
     table = validate(pl.concat(frames, rechunk=False) if len(frames) > 1 else frames[0],
                      EventsSchema)
     check_strict(quarantined, strict)
@@ -82,38 +84,27 @@ def load_events(source: Source | None, *, strict: bool, max_depth: int,
 
 
 def _events_in_pool(work: Any, chunks: list[list[Any]], n_jobs: int, context: Any,
-                    tables: list[Any], quarantined: list[RunData]) -> None:
+                    frames: list[pl.DataFrame], quarantined: list[RunData]) -> None:
     from concurrent.futures import ProcessPoolExecutor
 
-    _warm_arrow()
     with ProcessPoolExecutor(max_workers=n_jobs, mp_context=context) as ex:
-        results = ex.map(work, chunks)  # every chunk submitted now
-        # meanwhile, what the parent needs afterwards (pandera's import alone is ~0.25 CPU-s)
+        results = ex.map(work, chunks)  # every chunk submitted now: the workers start
+        # meanwhile, what the parent needs afterwards (pyarrow + its pandas shim + pandera:
+        # ~0.5 CPU-s in a fresh process), instead of before forking
+        import pyarrow  # noqa: F401
+
         from ..schemas import EventsSchema  # noqa: F401
         from ._common import validate  # noqa: F401
 
-        for table_, bad in results:
-            tables.append(table_)
+        for segments, bad in results:
+            frames.append(_frame(segments))  # converted as they come: one chunk's Arrow at a time
             quarantined.extend(bad)
 
 
-def _warm_arrow() -> None:
-    """Pay pyarrow's one-off costs once, before forking, instead of in every worker: its
-    import, the pandas shim it imports on the first ``pa.array`` (pandas is installed with
-    pandera: ~0.15 CPU-s) and the compute kernels' first use."""
-    from ..read.columnar import columns, decode
-
-    line = (b'{"created_at":"2026-01-01T00:00:00.000001Z","data":{},"event_id":"e",'
-            b'"event_type":"t","run_id":"r","sequence":0,"task_id":null}\n')
-    warm = decode(line)
-    if warm is not None:
-        columns([warm])
-
-
 def _events_chunk(locations: list[Any], *,
-                  keep_quarantined: bool = True) -> tuple[Any, list[RunData]]:
-    """Events rows of some runs as an Arrow table (unvalidated; no polars, so it is safe in
-    a forked worker) and, when ``keep_quarantined`` (a strict load), the runs with
+                  keep_quarantined: bool = True) -> tuple[list[Any], list[RunData]]:
+    """The events rows of some runs as :func:`_segments` (plain Python: safe in a forked
+    worker, cheap to pickle) and, when ``keep_quarantined`` (a strict load), the runs with
     quarantined lines."""
     from ..read.snapshot import iter_runs
 
@@ -126,7 +117,7 @@ def _events_chunk(locations: list[Any], *,
             yield run
 
     with gc_paused():
-        return _events_arrow(runs()), quarantined
+        return _segments(runs()), quarantined
 
 
 def _events_schema() -> Any:
@@ -140,40 +131,59 @@ def _events_schema() -> Any:
 
 def _events_rows(runs: Iterable[RunData]) -> pl.DataFrame:
     """The events rows of ``runs`` (not validated), in run and file order."""
-    return pl.from_arrow(_events_arrow(runs))
+    return _frame(_segments(runs))
 
 
-def _events_arrow(runs: Iterable[RunData]) -> Any:
-    """The events rows as one Arrow table, built without polars (safe in a forked worker)."""
+def _frame(segments: list[Any]) -> pl.DataFrame:
+    """One polars frame (not validated) of some :func:`_segments`."""
     import pyarrow as pa
 
-    arrow = _events_schema()
-    names = arrow.names
-    cols: dict[str, list[Any]] = {k: [] for k in names}
-    chunks: list[Any] = []
-    batch: list[RunData] = []  # consecutive runs on the columnar fast path
+    tables = _tables(segments)
+    return pl.from_arrow(pa.concat_tables(tables) if len(tables) > 1 else tables[0])
+
+
+class _Fast(NamedTuple):
+    """The events of consecutive clean logs as plain buffers (``array('q')`` and bytes):
+    picklable without one object per event, wrapped by Arrow without a copy."""
+
+    runs: list[tuple[str, str | None, str]]  # run_dir, run_id, kind
+    counts: array  # events per run
+    sizes: array  # events.jsonl bytes per run
+    byte_length: array  # per event, as every other per-event field below
+    sequence: array
+    strings: list[tuple[bytes, array]]  # event_type, event_run_id, event_id, created_at
+    task_id: tuple[bytes, array, bytes]  # ... and a 0/1 byte per event: not null
+    data: tuple[bytes, array]
+    locations: list[Any]  # where the runs are (for the exact reading, if ever needed)
+
+
+def _segments(runs: Iterable[RunData]) -> list[Any]:
+    """The events rows of ``runs`` in order, as segments without pyarrow: a :class:`_Fast`
+    per batch of consecutive clean logs (``read_run(columnar=True, skim=True)``), a dict of
+    column lists for the runs read exactly."""
+    from ..read.cleanlog import CleanLog
+    from ..read.snapshot import exact_run
+
+    segments: list[Any] = []
+    cols: dict[str, list[Any]] = {k: [] for k, _t in _ARROW_COLUMNS}
+    batch: list[RunData] = []
     batch_events = 0
 
     def flush_cols() -> None:
         nonlocal cols
         if cols["line_no"]:
-            chunks.append(pa.table(cols, schema=arrow))
-            cols = {k: [] for k in names}
+            segments.append(cols)
+            cols = {k: [] for k, _t in _ARROW_COLUMNS}
 
     def flush_batch() -> None:
         nonlocal batch, batch_events
         if batch:
-            for item in _fast_events(batch, arrow):
-                if isinstance(item, RunData):  # failed a batch check: the exact path
-                    _event_rows(item, cols)
-                else:
-                    flush_cols()
-                    chunks.append(item)
-            flush_cols()
+            segments.append(_fast(batch))
             batch, batch_events = [], 0
 
     for run in runs:
-        if run.fast is not None:
+        if isinstance(run.fast, CleanLog):
+            flush_cols()
             batch.append(run)
             batch_events += len(run.fast)
             if batch_events >= EVENT_CHUNK_ROWS:
@@ -181,48 +191,127 @@ def _events_arrow(runs: Iterable[RunData]) -> Any:
             continue
         flush_batch()
         if len(cols["line_no"]) >= EVENT_CHUNK_ROWS:
-            # hand a chunk to Arrow and free its Python objects: peak memory stays near the
+            # hand a chunk over and free its Python objects: peak memory stays near the
             # size of the finished table instead of twice it
             flush_cols()
-        _event_rows(run, cols)
+        _event_rows(exact_run(run), cols)
     flush_batch()
-    if cols["line_no"] or not chunks:
-        chunks.append(pa.table(cols, schema=arrow))
-    return pa.concat_tables(chunks) if len(chunks) > 1 else chunks[0]
+    if cols["line_no"] or not segments:
+        segments.append(cols)
+    return segments
 
 
-def _fast_events(batch: list[RunData], arrow: Any) -> Iterator[Any]:
-    """Arrow tables of consecutive fast-path runs, in run order; a run that fails a batch
-    check is yielded as its exact snapshot instead (the caller builds its rows the exact way)."""
+def _fast(batch: list[RunData]) -> _Fast:
+    """Column buffers of clean logs: every line an accepted, warning-free event whose
+    envelope strings are printable ASCII (``read.cleanlog``), so the columns are the
+    envelopes' fields and each line's length; built with C-level joins, no per-event object."""
+    from ..read.discovery import RunLocation
+
+    logs = [run.fast for run in batch]
+    envs = [e for log in logs for e in log.envelopes]
+    lengths = array("q")
+    for run in batch:
+        lines = (run.events_bytes or b"").split(b"\n")
+        lines.pop()  # the empty piece after the final newline
+        lengths.extend(map(len, lines))
+    tids = [log_tid for log in logs for log_tid in log.task_ids]
+    raws = [e.data for e in envs]
+    return _Fast(
+        runs=[(r.run_dir, r.run_id, r.kind) for r in batch],
+        counts=array("q", map(len, logs)),
+        sizes=array("q", [len(r.events_bytes or b"") for r in batch]),
+        byte_length=lengths,
+        sequence=array("q", [s for log in logs for s in log.sequences]),
+        strings=[_ascii([t for log in logs for t in log.event_types]),
+                 _ascii([r for log in logs for r in log.run_ids]),
+                 _ascii([e.event_id for e in envs]),
+                 _ascii([e.created_at for e in envs])],
+        task_id=(*_ascii([t or "" for t in tids]), bytes([t is not None for t in tids])),
+        data=(b"".join(raws), array("q", itertools.accumulate(map(len, raws), initial=0))),
+        locations=[RunLocation(r.run_dir, is_subagent=r.is_subagent,
+                               parent_run_dir=r.parent_run_dir, source_root=r.source_root)
+                   for r in batch],
+    )
+
+
+def _ascii(values: list[str]) -> tuple[bytes, array]:
+    """Strings as one UTF-8 buffer and its offsets (the clean log's envelope strings are
+    ASCII, so one join; a non-ASCII value would be sized by its encoding all the same)."""
+    text = "".join(values)
+    if text.isascii():
+        return text.encode("ascii"), array("q", itertools.accumulate(map(len, values),
+                                                                     initial=0))
+    encoded = [v.encode("utf-8") for v in values]
+    return b"".join(encoded), array("q", itertools.accumulate(map(len, encoded), initial=0))
+
+
+def _tables(segments: list[Any]) -> list[Any]:
+    """Arrow tables (the events schema) of some segments, in order."""
     import pyarrow as pa
 
-    from ..read.columnar import columns
-    from ..read.snapshot import exact_run
+    arrow = _events_schema()
+    out = []
+    for seg in segments:
+        if isinstance(seg, _Fast):
+            table = _fast_table(seg, arrow)
+            if table is None:  # not expected (see _fast_table): these runs the exact way
+                from ..read.snapshot import exact_run, iter_runs
 
-    table, ok = columns([run.fast for run in batch])
-    idx = table["file"]
-    n = table.num_rows
+                table = pa.concat_tables(_tables(_segments(
+                    exact_run(r) for r in iter_runs(seg.locations))))
+            out.append(table)
+        else:
+            out.append(pa.table(seg, schema=arrow))
+    return out
+
+
+def _fast_table(seg: _Fast, arrow: Any) -> Any:
+    """A :class:`_Fast` as an Arrow table, its buffers wrapped without a copy; None if a
+    timestamp does not parse (the clean-log proof matched it against the runner's format
+    with real calendar dates, so Arrow's parse should never refuse one)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..read.columnar import _per_row, _row_numbers
+
+    n = len(seg.sequence)
+
+    def i64(values: array) -> Any:
+        return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+    def text(data: bytes, offsets: array, validity: Any = None) -> Any:
+        return pa.Array.from_buffers(pa.large_string(), len(offsets) - 1,
+                                     [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+    counts = list(seg.counts)
+    run_idx = _per_row(counts, list(range(len(counts))), pa.int32())
+    first_row = _per_row(counts, list(itertools.accumulate(counts, initial=0))[:-1], pa.int64())
+    length = i64(seg.byte_length)
+    # offsets restart at every file: the end of each line, minus its length and the file start
+    file_start = _per_row(counts, list(itertools.accumulate(seg.sizes, initial=0))[:-1],
+                          pa.int64())
+    ends = pc.cumulative_sum(pc.add(length, 1))
+    etype, rid, eid, ts = (text(*s) for s in seg.strings)
+    try:
+        created_at = pc.cast(ts, pa.timestamp("us", "UTC"))
+    except (pa.ArrowInvalid, ValueError):
+        return None
+    tid_text, tid_offsets, tid_present = seg.task_id
+    present = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(tid_present)])
+    tid = pc.if_else(pc.cast(present, pa.bool_()), text(tid_text, tid_offsets),
+                     pa.scalar(None, pa.large_string()))
+    meta = [pa.array(col, pa.large_string()).take(run_idx) for col in zip(*seg.runs, strict=True)]
     cols = {
-        "run_dir": pa.array([r.run_dir for r in batch], pa.large_string()).take(idx),
-        "run_id": pa.array([r.run_id for r in batch], pa.large_string()).take(idx),
-        "kind": pa.array([r.kind for r in batch], pa.large_string()).take(idx),
-        "text": pa.nulls(n, pa.large_string()),
+        "run_dir": meta[0], "run_id": meta[1], "kind": meta[2],
+        "line_no": pc.subtract(_row_numbers(n), first_row) if n else i64(array("q")),
+        "byte_offset": pc.subtract(pc.subtract(ends, pc.add(length, 1)), file_start),
+        "byte_length": length, "sequence": i64(seg.sequence), "event_type": etype,
+        "event_run_id": rid, "task_id": tid, "event_id": eid, "created_at": created_at,
+        "text": pa.nulls(n, pa.large_string()), "data": text(*seg.data),
         "warnings": pa.LargeListArray.from_arrays(pa.array([0] * (n + 1), pa.int64()),
                                                   pa.array([], pa.large_string())),
     }
-    table = pa.table([cols[f.name] if f.name in cols else table[f.name] for f in arrow],
-                     schema=arrow)
-    if all(ok):
-        yield table
-        return
-    start = 0
-    for run, good in zip(batch, ok, strict=True):
-        if good:
-            k = len(run.fast)
-            yield table.slice(start, k)
-            start += k
-        else:
-            yield exact_run(run)
+    return pa.table([cols[f.name] for f in arrow], schema=arrow)
 
 
 def _event_rows(run: RunData, cols: dict[str, list[Any]]) -> None:
