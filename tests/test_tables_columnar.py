@@ -216,6 +216,14 @@ def test_states_prepared_in_a_pool_equal_the_reference(
     monkeypatch.setattr(states_mod, "_states_in_pool", spy)
     assert_frame_equal(states_df(str(copy)), ref)
     assert used == [True]  # 40 runs: chunks in two workers
+    # a worker prepares every run, on the fast path or not (the quarantined log is read
+    # exactly): only the runs handed to the reference reducer go back as snapshots
+    from rivumi_analysis.read.discovery import discover
+
+    locations = discover(str(copy)).runs
+    events, _, reasons, others, quarantined = states_mod._prepare_chunk(locations, None)
+    assert set(others) == set(reasons) and set(reasons.values()) == {"duplicate_sequence"}
+    assert len(quarantined) == 1 and events.num_rows == ref.height  # every run's events
     from rivumi_analysis.errors import QuarantineError
     from rivumi_analysis.replay.vectorised import NotVectorizable
 

@@ -386,7 +386,7 @@ def _arrow_inputs(runs: list[RunData], columns: Mapping[int, Any]) -> tuple[
     datas: list[Any] = []
     rids: list[Any] = []
     lengths: list[int] = []
-    parts: list[list[pa.Array]] = []
+    parts: list[list[pa.Array]] = [[], [], [], []]  # per column, concatenated once
     lines: list[int] = []
     seqs: list[int] = []
     types: list[str] = []
@@ -394,8 +394,11 @@ def _arrow_inputs(runs: list[RunData], columns: Mapping[int, Any]) -> tuple[
 
     def flush() -> None:
         if lines:
-            parts.append([pa.array(lines, pa.int64()), pa.array(seqs, pa.int64()),
-                          pa.array(types, pa.large_string()), pa.array(stamps, type=_TS_US)])
+            for part, arr in zip(parts, (
+                    pa.array(lines, pa.int64()), pa.array(seqs, pa.int64()),
+                    pa.array(types, pa.large_string()), pa.array(stamps, type=_TS_US)),
+                    strict=True):
+                part.append(arr)
             for held in (lines, seqs, types, stamps):
                 held.clear()
 
@@ -416,11 +419,12 @@ def _arrow_inputs(runs: list[RunData], columns: Mapping[int, Any]) -> tuple[
         datas += fast.objects
         rids.append({e.run_id for e in fast.envelopes})  # strings (the fast path's checks)
         lengths.append(tab.num_rows)
-        parts.append([tab[c].combine_chunks() for c in _COLS])
+        for part, name in zip(parts, _COLS, strict=True):
+            part.extend(tab.column(name).chunks)  # slices of one batch: no copy until the end
     flush()
     typs = (pa.int64(), pa.int64(), pa.large_string(), _TS_US)
-    cols = [pa.concat_arrays([p[j].cast(typ) for p in parts]) if parts else pa.array([], typ)
-            for j, typ in enumerate(typs)]
+    cols = [pa.concat_arrays([a if a.type == typ else a.cast(typ) for a in part])
+            if part else pa.array([], typ) for part, typ in zip(parts, typs, strict=True)]
     return datas, rids, lengths, cols
 
 
@@ -522,15 +526,33 @@ _PER_RUN: dict[str, tuple[pl.DataType, pa.DataType]] = {
 }
 
 
+class _Sparse(dict[int, Any]):
+    """A setter column as the rows that set it (row -> value); every other row holds
+    ``default``. Most rows set nothing, so this is far cheaper than a full Python list."""
+
+    __slots__ = ("default",)
+
+    def __init__(self, default: Any = None) -> None:
+        super().__init__()
+        self.default = default
+
+    def dense(self, n: int, typ: pa.DataType) -> pa.Array:
+        """The full column of ``n`` rows (one Arrow ``take``, no per-row Python)."""
+        import numpy as np
+
+        rows = list(self)
+        values = pa.array([self.default, *self.values()], typ)
+        pos = np.zeros(n, np.int64)
+        pos[rows] = np.arange(1, len(rows) + 1)
+        return values.take(pa.array(pos))
+
+
 def _setters(ev: _Flat, starts: list[int], by_type: Mapping[str, list[int]],
              guard_idx: list[int], appr_idx: list[int], t_list: Sequence[int | None],
-             reasons: dict[int, str]) -> dict[str, list[Any]]:
+             reasons: dict[int, str]) -> dict[str, _Sparse]:
     """The setter columns from the events that need them (adds fallback reasons)."""
-    n = len(ev.types)
     datas, seqs = ev.datas, ev.seqs
-
-    def col(default: Any = None) -> list[Any]:
-        return [default] * n
+    col = _Sparse
 
     step_v = col()
     for i in by_type["model.requested"]:
@@ -682,7 +704,7 @@ def _prepare(runs: list[RunData], charge: bool | None,
     run_ord = pa.array([k for k, c in enumerate(lengths) for _ in range(c)], pa.int64())
     events = pa.table({"_r": run_ord, "line_no": a_line, "sequence": a_seq,
                        "event_type": a_type, "created_at": a_ts,
-                       **{name: pa.array(setters[name], at)
+                       **{name: setters[name].dense(len(ev.types), at)
                           for name, (_, at) in _SETTERS.items()}})
     per_run = pa.table({"_r": pa.array(range(len(runs)), pa.int64()),
                         **{name: pa.array(per[name], at) for name, (_, at) in _PER_RUN.items()}})
