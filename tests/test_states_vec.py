@@ -318,3 +318,22 @@ def test_calls_pending_at_a_settle_point_are_vectorised(tmp_path):
     assert ref["unlogged_guard_calls"].to_list()[-1] == 4
     assert ref.filter(pl.col("event_type") == "run.failed")["repeat_count"].to_list() == [3]
     assert ref["fingerprint_unknown"].any() and ref["repeat_count"].max() == 3
+
+
+@pytest.mark.parametrize(("text", "proved"), [
+    ('"\\u00e9"', True), ('"\\\\u0000"', False),  # conservative: any spelling refused
+    ('"\\u0000"', False), ('"\\ud800"', False), ('"\\uDFFF"', False),
+    ('"\\ud83d\\ude00"', False)])
+def test_replay_proof_leaves_nul_and_surrogate_escapes_to_the_exact_engine(tmp_path, text,
+                                                                          proved):
+    from rivumi_analysis.replay.proof import envelopes_ok, replay_accepts_fast
+    from rivumi_analysis.replay.runner import replay_verdict
+
+    log = Log().add("run.created").add("model.requested", step=1, note="SLOT")
+    run = write_run(tmp_path, "escapes", log, manifest())
+    (run / "events.jsonl").write_bytes(log.bytes().replace(b'"SLOT"', text.encode()))
+    snap = read_run(str(run))
+    assert replay_accepts_fast(snap, envelopes_ok(snap)) is proved
+    if proved:
+        assert replay_verdict(snap.events_bytes, snap.events_status, snap.run_dir)[0]
+    _check(str(run))
