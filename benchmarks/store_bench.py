@@ -31,13 +31,27 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def timed(fn: Callable[[], Any], reps: int) -> tuple[list[float], Any]:
+def cpu_seconds() -> float:
+    """CPU time of this process and its waited-for children (worker pools): a figure that
+    depends far less on the machine's load than wall time does."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed(fn: Callable[[], Any], reps: int, cpu: list[float] | None = None,
+          ) -> tuple[list[float], Any]:
     out = []
     value = None
     for _ in range(reps):
+        c0 = cpu_seconds()
         t0 = time.perf_counter()
         value = fn()
         out.append(time.perf_counter() - t0)
+        if cpu is not None:
+            cpu.append(cpu_seconds() - c0)
     return out, value
 
 
@@ -147,14 +161,20 @@ def main() -> int:
         print(text, flush=True)
         lines.append(text)
 
-    cold_ev, ev = timed(lambda: ra.events_df(src, cache=False), 1)
-    cold_st, st = timed(lambda: ra.states_df(src, cache=False), 1)
+    cpu_ev: list[float] = []
+    cpu_st: list[float] = []
+    cpu_first: list[float] = []
+    cold_ev, ev = timed(lambda: ra.events_df(src, cache=False), 1, cpu_ev)
+    say(f"cold events_df ({ev.height} rows)          {fmt(cold_ev)}  (CPU {cpu_ev[0]:.1f} s; "
+        f"{load()})")
+    cold_st, st = timed(lambda: ra.states_df(src, cache=False), 1, cpu_st)
+    say(f"cold states_df ({st.height} rows)          {fmt(cold_st)}  (CPU {cpu_st[0]:.1f} s; "
+        f"{load()})")
     cold_sum = cold_ev[0] + cold_st[0]
-    say(f"cold events_df ({ev.height} rows)          {fmt(cold_ev)}")
-    say(f"cold states_df ({st.height} rows)          {fmt(cold_st)}")
-    first, opened = timed(lambda: open_store(src, store_dir=store), 1)
+    first, opened = timed(lambda: open_store(src, store_dir=store), 1, cpu_first)
     say(f"first build (all tables)             {fmt(first)}  = "
-        f"{first[0] / cold_sum:.2f}x cold events_df+states_df  ({load()})")
+        f"{first[0] / cold_sum:.2f}x cold events_df+states_df; CPU {cpu_first[0]:.1f} s = "
+        f"{cpu_first[0] / (cpu_ev[0] + cpu_st[0]):.2f}x theirs  ({load()})")
     warm_ev, wev = timed(lambda: ra.events_df(src, store_dir=store), args.reps)
     say(f"warm events_df                       {fmt(warm_ev)}  = "
         f"{100 * statistics.median(warm_ev) / cold_ev[0]:.1f}% of cold  ({load()})")
@@ -191,11 +211,12 @@ def main() -> int:
     names = sorted(n for n in os.listdir(src) if not n.startswith("."))
     runs = [os.path.join(src, n) for n in names[:: max(1, len(names) // 100)]]
     appended = [r for r in runs if append_event(r, 1)][:100]
-    app, op = timed(lambda: open_store(src, store_dir=store), 1)
+    cpu_app: list[float] = []
+    app, op = timed(lambda: open_store(src, store_dir=store), 1, cpu_app)
     s = op.store.last_stats
     say(f"refresh after appending one event to {len(appended)} runs {fmt(app)}  ({s.reread} "
         f"runs re-read, {s.incremental} from their first incomplete line, "
-        f"{s.parts_written} part(s) written; {load()})")
+        f"{s.parts_written} part(s) written; CPU {cpu_app[0]:.2f} s; {load()})")
     for r in appended:  # the same runs grow again while still live (just modified)
         append_event(r, 2)
     app2, op2 = timed(lambda: open_store(src, store_dir=store), 1)

@@ -276,11 +276,25 @@ class Store:
 
     def manifest(self) -> Manifest | None:
         """The current manifest, or None when missing, damaged or from another toolkit."""
+        return self._manifest_and_identity()[0]
+
+    def _manifest_and_identity(self) -> tuple[Manifest | None, tuple[int, ...] | None]:
+        """The manifest and the identity of the file it came from (inode, size, mtime,
+        ctime: the manifest is only ever replaced by a rename, never written in place)."""
         try:
             with open(os.path.join(self.directory, MANIFEST), "rb") as fh:
-                return _decode_manifest(fh.read())
+                st = os.fstat(fh.fileno())
+                return _decode_manifest(fh.read()), (st.st_ino, st.st_dev, st.st_size,
+                                                     st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            return None, None
+
+    def _manifest_identity(self) -> tuple[int, ...] | None:
+        try:
+            st = os.stat(os.path.join(self.directory, MANIFEST))
         except OSError:
             return None
+        return st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
     def path(self, rel: str) -> str:
         return os.path.join(self.directory, rel)
@@ -375,16 +389,18 @@ class Store:
                 return True
             return False
 
-        m = self.manifest()
+        m, ident = self._manifest_and_identity()
         todo, removed = self._plan(m, locs, fps, verify)
         if up_to_date(m, todo, removed):
             return m
         with self._locked():
             self._cut("lock_taken")
-            m = self.manifest()  # another refresher may have done the work meanwhile
-            todo, removed = self._plan(m, locs, fps, verify)
-            if up_to_date(m, todo, removed):
-                return m
+            if ident is None or self._manifest_identity() != ident:
+                # another refresher may have done the work meanwhile
+                m = self.manifest()
+                todo, removed = self._plan(m, locs, fps, verify)
+                if up_to_date(m, todo, removed):
+                    return m
             gen = (m.generation if m is not None else self._newest_generation()) + 1
             runs = dict(m.runs) if m is not None else {}
             parts = dict(m.parts) if m is not None else {}
