@@ -555,3 +555,42 @@ def test_scan_without_refresh_serves_the_store_as_it_is(fleet: Path, tmp_path: P
     other = tmp_path / "other"
     assert ra.scan_runs(str(fleet), store_dir=other, refresh=False).collect().height == len(
         Store(store).manifest().order)
+
+
+def test_fingerprint_sees_every_change_to_a_read_file(tmp_path: Path) -> None:
+    """The stat pass's key: equal for an untouched folder (with or without discovery's
+    listing), different after each change the rows depend on, and a file listed but gone
+    by the time it is stat-ed gives a key equal to no intact folder's."""
+    from rivumi_analysis.store.core import run_fingerprint
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "example" / "a66038f97f204cb3aaa96339f195c37e",
+                    run)
+    _age(run)
+    d = str(run)
+
+    def fp(names: list[str] | None = None) -> bytes:
+        got = run_fingerprint(d, frozenset(), names)
+        assert got is not None
+        return got.blob
+
+    names = sorted(os.listdir(run))
+    first = fp()
+    assert fp(names) == first
+    seen = {first}
+    (run / "notes.txt").write_text("x")  # a name the toolkit does not read: the name counts
+    seen.add(fp())
+    os.utime(run / "result.json", (OLD + 1, OLD + 1))  # mtime only
+    seen.add(fp())
+    data = (run / "result.json").read_bytes()
+    (run / "result.json").write_bytes(data.replace(b"{", b" ", 1))  # same size, in place
+    os.utime(run / "result.json", (OLD + 1, OLD + 1))  # mtime restored: ctime shows it
+    seen.add(fp())
+    (run / "result.json").unlink()
+    (run / "result.json").symlink_to(run / "session.json")  # replaced by a symlink
+    seen.add(fp())
+    assert len(seen) == 5
+    listed = sorted(os.listdir(run))
+    (run / "session.json").unlink()  # listed, then gone before its lstat
+    vanished = fp(listed)
+    assert vanished not in seen and vanished != fp()

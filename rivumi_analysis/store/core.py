@@ -482,16 +482,15 @@ class Store:
 
         size = PART_RUNS
         n_jobs = default_jobs() if jobs is None else max(1, jobs)
-        if executor is not None:
-            if n_jobs > 1 and len(todo) > PARALLEL_MIN_RUNS:
-                size = min(PART_RUNS, max(PARALLEL_MIN_RUNS // 2, -(-len(todo) // n_jobs)))
-        elif n_jobs > 1 and len(todo) >= LOCAL_POOL_MIN_RUNS:
-            # a multiple of the workers in equal chunks: 11 chunks on 2 workers left one
-            # worker idle for the last round
+        # the local executor (also as functools.partial(local_executor, progress=...))
+        # stays in this process below LOCAL_POOL_MIN_RUNS: there one chunk per PART_RUNS
+        # runs (each chunk costs a fixed validation and a file per table); any other
+        # executor gets one chunk per job from PARALLEL_MIN_RUNS runs
+        local = getattr(executor, "func", executor) in (None, local_executor)
+        if n_jobs > 1 and len(todo) >= (LOCAL_POOL_MIN_RUNS if local else PARALLEL_MIN_RUNS + 1):
+            # equal chunks, a multiple of the jobs: 11 chunks on 2 workers left one idle
             rounds = -(-len(todo) // (n_jobs * PART_RUNS))
-            size = -(-len(todo) // (n_jobs * rounds))
-        # else: one chunk per PART_RUNS runs, in this process (each chunk costs a fixed
-        # validation and a file per table, so a small refresh writes one part)
+            size = max(PARALLEL_MIN_RUNS // 2, -(-len(todo) // (n_jobs * rounds)))
         prefixes = self._prefixes(m, todo)
         tasks = [ChunkTask(self.directory, f"g{gen:07d}-{i // size:04d}", tuple(todo[i:i + size]),
                            {loc.run_dir: _fp_blob(fps.get(loc.run_dir))

@@ -62,7 +62,10 @@ def test_store_on_ray_equals_process_store_and_refreshes(ray_local: Any, fleet: 
     assert r.summary is not None and r.summary.failures == ()
     n = len(r.opened.manifest.runs)
     assert r.summary.runs == n and r.summary.chunks == r.summary.chunks_done >= 2
-    assert sorted(r.opened.manifest.parts) == sorted(p.opened.manifest.parts)
+    # the same runs; the parts differ (the process engine writes a fleet this small as
+    # one part, in this process; Ray one per chunk)
+    assert sorted(r.opened.manifest.runs) == sorted(p.opened.manifest.runs)
+    assert len(r.opened.manifest.parts) == r.summary.chunks
     want = tables(tmp_path / "p")
     assert_same_tables(want, tables(tmp_path / "r"))
     assert_same_tables(want, cold(fleet))
