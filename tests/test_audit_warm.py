@@ -210,3 +210,22 @@ def test_files_no_record_reads_count_by_name_only(tmp_path: Path) -> None:
     finally:
         C.audit_job = real  # type: ignore[assignment]
     assert not reads and warm == first == audit(str(root), jobs=1, cache=False).runs
+
+
+def test_a_run_folder_whose_name_is_not_utf8(tmp_path: Path) -> None:
+    """Discovery gives such a name with lone surrogates (``surrogateescape``); the cache
+    neither crashes on it nor serves a stale record, and warm equals cold."""
+    import os
+    import shutil
+
+    root = tmp_path / "r"
+    root.mkdir()
+    src = Path(__file__).parent / "fixtures" / "example" / "a66038f97f204cb3aaa96339f195c37e"
+    odd = os.fsdecode(os.fsencode(str(root)) + b"/run\xff")
+    shutil.copytree(src, odd)
+    shutil.copytree(src, root / "plain")
+    cache = tmp_path / "cache"
+    cold = audit(str(root), jobs=1, cache=False).runs
+    assert {r["run_dir"] for r in cold} == {odd, str(root / "plain")}
+    assert audit(str(root), jobs=1, cache_dir=cache).runs == cold
+    assert audit(str(root), jobs=1, cache_dir=cache).runs == cold

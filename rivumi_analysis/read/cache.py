@@ -127,9 +127,15 @@ def run_key(run_dir: str, is_subagent: bool, parent_run_dir: str | None) -> str:
     # discovery's paths are absolute and normal already: abspath (pure Python) only otherwise
     normal = (run_dir[:1] == "/" and run_dir[-1:] != "/" and "/." not in run_dir
               and "//" not in run_dir)
-    return "\0".join((run_dir if normal else os.path.abspath(run_dir), run_dir,
-                      "1" if is_subagent else "0",
-                      parent_run_dir if parent_run_dir is not None else "\1"))
+    key = "\0".join((run_dir if normal else os.path.abspath(run_dir), run_dir,
+                     "1" if is_subagent else "0",
+                     parent_run_dir if parent_run_dir is not None else "\1"))
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:  # a name that is not UTF-8: SQLite takes only UTF-8 text
+            return key.encode("utf-8", "surrogateescape").hex()  # (no '/': never a path key)
+    return key
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,9 +240,17 @@ def _fingerprint_listed(run_dir: str, held_keys: frozenset[str],
         st = sts[read.index("events.jsonl")]
         if stat.S_ISREG(st.st_mode):
             events_identity = (st.st_ino, st.st_dev)
-    blob = msgspec.msgpack.encode((top.st_dev, top.st_ino, top.st_mode, names,
-                                   list(map(_STAT_KEY, sts)), lock))
+    blob = _encode_key((top.st_dev, top.st_ino, top.st_mode, names,
+                        list(map(_STAT_KEY, sts)), lock))
     return Fingerprint(blob, max(map(_MTIME, sts), default=0), events_identity)
+
+
+def _encode_key(parts: tuple[Any, ...]) -> bytes:
+    """msgpack of a key; names that are not UTF-8 (lone surrogates) as their bytes."""
+    try:
+        return msgspec.msgpack.encode(parts)
+    except UnicodeEncodeError:
+        return msgspec.msgpack.encode((*parts[:3], list(map(os.fsencode, parts[3])), *parts[4:]))
 
 
 def _fingerprint_vanished(dfd: int, held_keys: frozenset[str], names: list[str],
@@ -259,7 +273,7 @@ def _fingerprint_vanished(dfd: int, held_keys: frozenset[str], names: list[str],
             events_identity = (st.st_ino, st.st_dev)
         elif name == ".writer.lock" and stat.S_ISREG(st.st_mode):
             lock = _lock_key(st.st_dev, st.st_ino) in held_keys
-    blob = msgspec.msgpack.encode((top.st_dev, top.st_ino, top.st_mode, names, fields, lock))
+    blob = _encode_key((top.st_dev, top.st_ino, top.st_mode, names, fields, lock))
     return Fingerprint(blob, newest, events_identity)
 
 
@@ -542,7 +556,11 @@ def audit_job(job: Job, held_keys: frozenset[str], recorder: Recorder,
         p = make_prefix(run.events_bytes, decoded[0][0], decoded[0][1], after.events_identity)
         if p is not None:
             prefix_blob = pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL)
-    return record, (job.key, after.blob, msgspec.json.encode(record), prefix_blob)
+    try:
+        blob = msgspec.json.encode(record)
+    except UnicodeEncodeError:  # a path that is not UTF-8: audited, not stored
+        return record, None
+    return record, (job.key, after.blob, blob, prefix_blob)
 
 
 # --- the fleet: cache lookups, then a process pool over the misses -----------------------------
