@@ -136,10 +136,31 @@ def _events_rows(runs: Iterable[RunData]) -> pl.DataFrame:
 
 def _frame(segments: list[Any]) -> pl.DataFrame:
     """One polars frame (not validated) of some :func:`_segments`."""
+    frames = [_segment_frame(seg) for seg in segments]
+    return pl.concat(frames, rechunk=False) if len(frames) > 1 else frames[0]
+
+
+def _segment_frame(seg: Any) -> pl.DataFrame:
     import pyarrow as pa
 
-    tables = _tables(segments)
-    return pl.from_arrow(pa.concat_tables(tables) if len(tables) > 1 else tables[0])
+    arrow = _events_schema()
+    if not isinstance(seg, _Fast):
+        return pl.from_arrow(pa.table(seg, schema=arrow))
+    built = _fast_table(seg, arrow)
+    if built is None:  # not expected (see _fast_table): these runs the exact way
+        from ..read.snapshot import exact_run, iter_runs
+
+        return _frame(_segments(exact_run(r) for r in iter_runs(seg.locations)))
+    table, run_idx = built
+    idx = pl.from_arrow(run_idx)
+    # the per-run strings by gather: polars' string views share each run's one copy (16
+    # bytes a row instead of the string; -90 MB at 969k rows against Arrow's take)
+    meta = {name: pl.Series(name, values, pl.String).gather(idx)
+            for name, values in zip(_RUN_COLUMNS, zip(*seg.runs, strict=True), strict=True)}
+    return pl.from_arrow(table).with_columns(**meta).select(arrow.names)
+
+
+_RUN_COLUMNS = ("run_dir", "run_id", "kind")
 
 
 class _Fast(NamedTuple):
@@ -245,28 +266,9 @@ def _ascii(values: list[str]) -> tuple[bytes, array]:
     return b"".join(encoded), array("q", itertools.accumulate(map(len, encoded), initial=0))
 
 
-def _tables(segments: list[Any]) -> list[Any]:
-    """Arrow tables (the events schema) of some segments, in order."""
-    import pyarrow as pa
-
-    arrow = _events_schema()
-    out = []
-    for seg in segments:
-        if isinstance(seg, _Fast):
-            table = _fast_table(seg, arrow)
-            if table is None:  # not expected (see _fast_table): these runs the exact way
-                from ..read.snapshot import exact_run, iter_runs
-
-                table = pa.concat_tables(_tables(_segments(
-                    exact_run(r) for r in iter_runs(seg.locations))))
-            out.append(table)
-        else:
-            out.append(pa.table(seg, schema=arrow))
-    return out
-
-
-def _fast_table(seg: _Fast, arrow: Any) -> Any:
-    """A :class:`_Fast` as an Arrow table, its buffers wrapped without a copy; None if a
+def _fast_table(seg: _Fast, arrow: Any) -> tuple[Any, Any] | None:
+    """A :class:`_Fast` as an Arrow table of the per-event columns (its buffers wrapped
+    without a copy) and each row's run index into ``seg.runs``; None if a
     timestamp does not parse (the clean-log proof matched it against the runner's format
     with real calendar dates, so Arrow's parse should never refuse one)."""
     import pyarrow as pa
@@ -300,9 +302,7 @@ def _fast_table(seg: _Fast, arrow: Any) -> Any:
     present = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(tid_present)])
     tid = pc.if_else(pc.cast(present, pa.bool_()), text(tid_text, tid_offsets),
                      pa.scalar(None, pa.large_string()))
-    meta = [pa.array(col, pa.large_string()).take(run_idx) for col in zip(*seg.runs, strict=True)]
     cols = {
-        "run_dir": meta[0], "run_id": meta[1], "kind": meta[2],
         "line_no": pc.subtract(_row_numbers(n), first_row) if n else i64(array("q")),
         "byte_offset": pc.subtract(pc.subtract(ends, pc.add(length, 1)), file_start),
         "byte_length": length, "sequence": i64(seg.sequence), "event_type": etype,
@@ -311,7 +311,8 @@ def _fast_table(seg: _Fast, arrow: Any) -> Any:
         "warnings": pa.LargeListArray.from_arrays(pa.array([0] * (n + 1), pa.int64()),
                                                   pa.array([], pa.large_string())),
     }
-    return pa.table([cols[f.name] for f in arrow], schema=arrow)
+    fields = [f for f in arrow if f.name not in _RUN_COLUMNS]
+    return pa.table([cols[f.name] for f in fields], schema=pa.schema(fields)), run_idx
 
 
 def _event_rows(run: RunData, cols: dict[str, list[Any]]) -> None:
