@@ -1,0 +1,75 @@
+"""CPU split of one store chunk against the cold `events_df` + `states_df` chunks.
+
+Usage: ``python benchmarks/store_cpu_split.py SOURCE N`` (the first N runs of SOURCE).
+Prints the CPU seconds (``time.process_time``, this process only) of the cold events and
+states chunk workers, then of every stage the store's build spends on the same runs: the
+exact reads, the reference replay that drift and forks use, each table, and the part writes.
+It measures the store's first-build goal (issue 12) stage by stage; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+
+from rivumi_analysis.read.discovery import discover
+from rivumi_analysis.store.build import build_frames, read_runs, write_parts
+from rivumi_analysis.tables._common import quarantine_frame
+from rivumi_analysis.tables.approvals import approvals_frame
+from rivumi_analysis.tables.drift import drift_frame
+from rivumi_analysis.tables.events import _events_chunk, events_frame
+from rivumi_analysis.tables.forks import forks_frame
+from rivumi_analysis.tables.manifests import manifests_frame
+from rivumi_analysis.tables.messages import messages_frame
+from rivumi_analysis.tables.model_calls import model_calls_frame
+from rivumi_analysis.tables.runs import runs_frame
+from rivumi_analysis.tables.states import _finish_chunk, _prepare_chunk, replay_run, states_df
+from rivumi_analysis.tables.tool_calls import tool_calls_frame
+from rivumi_analysis.tables.usage import usage_frame
+from rivumi_analysis.tables.verifications import verifications_frame
+
+
+def main(source: str, n: int) -> None:
+    """Print the CPU split of the store's build of the first ``n`` runs of ``source``."""
+    locations = discover(source).runs[:n]
+    clock = time.process_time
+    build_frames(read_runs(locations[:5]))  # imports and one-off kernel set-up off the clock
+    start = clock()
+    _events_chunk(locations)
+    events_cpu = clock() - start
+    start = clock()
+    _finish_chunk(_prepare_chunk(locations, None), None, "auto")
+    states_cpu = clock() - start
+    stages: dict[str, float] = {}
+    start = clock()
+    runs = read_runs(locations)
+    stages["read_run"] = clock() - start
+    start = clock()
+    replays = [replay_run(r) for r in runs if r.kind != "external"]
+    stages["replay (drift+forks)"] = clock() - start
+    builders = [("runs", runs_frame, runs), ("events", events_frame, runs),
+                ("quarantine", quarantine_frame, runs), ("manifests", manifests_frame, runs),
+                ("tool_calls", tool_calls_frame, runs), ("approvals", approvals_frame, runs),
+                ("model_calls", model_calls_frame, runs), ("usage", usage_frame, runs),
+                ("verifications", verifications_frame, runs), ("states", states_df, runs),
+                ("drift", drift_frame, replays), ("forks", forks_frame, replays),
+                ("messages", messages_frame, runs)]
+    frames = {}
+    for name, build, arg in builders:
+        start = clock()
+        frames[name] = build(arg)
+        stages[name] = clock() - start
+    start = clock()
+    write_parts(frames, tempfile.mkdtemp(), "x")
+    stages["write_parts"] = clock() - start
+    total = sum(stages.values())
+    cold = events_cpu + states_cpu
+    print(f"{n} runs: cold events chunk {events_cpu:.2f} s + states chunk {states_cpu:.2f} s"
+          f" = {cold:.2f} s CPU; store chunk {total:.2f} s = {total / cold:.2f}x")
+    for name, cpu in sorted(stages.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:22s} {cpu:6.2f} s {100 * cpu / total:5.1f} %  {1000 * cpu / n:.2f} ms/run")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
