@@ -20,7 +20,13 @@ from typing import Any
 import msgspec
 
 from . import runner_json as _runner_json
-from .decode import _may_split, decode_line, native_envelope_warnings, parse_created_at
+from .decode import (
+    _may_split,
+    _without_lone_surrogates,
+    decode_line,
+    native_envelope_warnings,
+    parse_created_at,
+)
 from .discovery import DEFAULT_MAX_DEPTH, RunLocation, Skipped, Source, discover
 from .io import (
     RUNNER_FILE_LIMIT,
@@ -823,13 +829,15 @@ def _kind(files: dict[str, FileRead], manifest: Any, checkpoint: Any, events: li
 
 
 def _run_id(manifest: Any, events: list[Event], checkpoint: Any) -> str | None:
+    # The run's display id: a lone surrogate escape in a document (json.loads keeps it) would
+    # crash every Arrow table and the JSON output, so it shows as U+FFFD, as in event rows.
     if isinstance(manifest, dict) and isinstance(manifest.get("run_id"), str):
-        return manifest["run_id"]
+        return _without_lone_surrogates(manifest["run_id"])
     for e in events:
         if isinstance(e.run_id, str) and e.run_id:
             return e.run_id
     if isinstance(checkpoint, dict) and isinstance(checkpoint.get("run_id"), str):
-        return checkpoint["run_id"]
+        return _without_lone_surrogates(checkpoint["run_id"])
     return None
 
 
