@@ -32,7 +32,7 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 from datetime import date, datetime
-from typing import Any
+from typing import Any, Literal
 
 import altair as alt
 import polars as pl
@@ -664,14 +664,7 @@ def step_burn_bands(runs: pl.DataFrame, states: pl.DataFrame, *, max_lines: int 
                      _col(runs, "verdict", pl.Utf8).alias("verdict"),
                      _col(runs, "max_steps", pl.Float64).alias("budget"))
          .filter(pl.col("budget") > 0))
-    st = (states.select("run_dir", "sequence", "event_type", "step", "wall_elapsed_seconds")
-          .join(r.select("run_dir", "budget"), on="run_dir", how="inner",
-                maintain_order="left")
-          .filter(pl.col("step").is_not_null() & pl.col("wall_elapsed_seconds").is_not_null())
-          .with_columns(pl.col("wall_elapsed_seconds").max().over("run_dir").alias("_end"))
-          .filter(pl.col("_end") > 0)
-          .with_columns((pl.col("wall_elapsed_seconds") / pl.col("_end")).alias("x"),
-                        (pl.col("step") / pl.col("budget")).alias("y")))
+    st = _along_wall_clock(states, r, "step", "budget", maintain_order="left")
     if st.height == 0:
         return None
     bands = quantile_bands(st, "x", "y", bins=bins)
@@ -1262,6 +1255,20 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                       if burn is not None else top)
 
 
+def _along_wall_clock(states: pl.DataFrame, r: pl.DataFrame, value: str, budget: str, *,
+                      maintain_order: Literal["none", "left"] = "none") -> pl.DataFrame:
+    """``states`` rows of the runs in ``r`` with ``x`` = the share of the run's own wall-clock
+    time elapsed and ``y`` = ``value`` / the run's ``budget`` (rows without either dropped)."""
+    return (states.select("run_dir", "sequence", "event_type", value, "wall_elapsed_seconds")
+            .join(r.select("run_dir", budget), on="run_dir", how="inner",
+                  maintain_order=maintain_order)
+            .filter(pl.col(value).is_not_null() & pl.col("wall_elapsed_seconds").is_not_null())
+            .with_columns(pl.col("wall_elapsed_seconds").max().over("run_dir").alias("_end"))
+            .filter(pl.col("_end") > 0)
+            .with_columns((pl.col("wall_elapsed_seconds") / pl.col("_end")).alias("x"),
+                          (pl.col(value) / pl.col(budget)).alias("y")))
+
+
 def _burn_pick(r: pl.DataFrame, frac: str, over: pl.Expr, max_lines: int) -> pl.DataFrame:
     """The runs a burn-down draws individually: up to half over budget (the highest share
     first; more when fewer runs are within it), then the closest within it."""
@@ -1288,15 +1295,7 @@ def wall_burn_bands(r: pl.DataFrame, states: pl.DataFrame, *, max_lines: int = 8
         max_points: cap on their points (evenly thinned per run).
         bins: points of the bands.
     """
-    st = (states.select("run_dir", "sequence", "event_type", "wall_elapsed_seconds",
-                        "charged_wall_seconds")
-          .join(r.select("run_dir", "budget_s"), on="run_dir", how="inner")
-          .filter(pl.col("charged_wall_seconds").is_not_null()
-                  & pl.col("wall_elapsed_seconds").is_not_null())
-          .with_columns(pl.col("wall_elapsed_seconds").max().over("run_dir").alias("_end"))
-          .filter(pl.col("_end") > 0)
-          .with_columns((pl.col("wall_elapsed_seconds") / pl.col("_end")).alias("x"),
-                        (pl.col("charged_wall_seconds") / pl.col("budget_s")).alias("y")))
+    st = _along_wall_clock(states, r, "charged_wall_seconds", "budget_s")
     if st.height == 0:
         return None
     bands = quantile_bands(st, "x", "y", bins=bins)
