@@ -53,3 +53,14 @@ def test_audit_json_is_utf8_with_the_replacement_char(tmp_path: Path) -> None:
     record = json.loads(proc.stdout.decode("utf-8"))["runs"][0]
     assert record["run_id"] == "\ufffd"
     assert record["verdict"] == "corrupt" and "manifest_schema" in record["reasons"]
+
+
+def test_a_valid_manifest_with_a_lone_surrogate_value_loads_every_table(tmp_path: Path) -> None:
+    run = tmp_path / "fleet" / "r1"
+    shutil.copytree(EXAMPLE, run)
+    doc = json.loads((run / "session.json").read_text())
+    doc["provider_name"] = "\ud800"  # json.dumps writes the escape, json.loads keeps it
+    (run / "session.json").write_text(json.dumps(doc))
+    for name in TABLES:  # before the fix: UnicodeEncodeError from Arrow in runs/manifests
+        getattr(ra, name)(run.parent, cache=False)
+    assert ra.manifests_df(run.parent, cache=False)["provider_name"].to_list() == ["\ufffd"]

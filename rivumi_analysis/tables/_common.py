@@ -19,6 +19,7 @@ import pandera.polars as pa
 import polars as pl
 
 from ..errors import QuarantineError, SchemaValidationError
+from ..read.decode import _without_lone_surrogates
 from ..read.discovery import Source
 from ..read.snapshot import RunData, gc_paused, stream_runs
 
@@ -34,7 +35,15 @@ def frame(rows: list[dict[str, Any]] | dict[str, list[Any]],
           model: type[pa.DataFrameModel]) -> pl.DataFrame:
     """Build a DataFrame with exactly the model's columns and validate it eagerly."""
     # polars takes both shapes (dict rows or a dict of columns) with the same call
-    return validate(pl.DataFrame(rows, schema=polars_schema(model), strict=False), model)
+    try:
+        df = pl.DataFrame(rows, schema=polars_schema(model), strict=False)
+    except UnicodeEncodeError:
+        # A lone surrogate escape in a JSON document (json.loads keeps it, as the runner
+        # does) cannot enter Arrow: tables show U+FFFD, as event rows do; verdicts read the
+        # documents themselves.
+        df = pl.DataFrame(_without_lone_surrogates(rows), schema=polars_schema(model),
+                          strict=False)
+    return validate(df, model)
 
 
 def validate(df: pl.DataFrame, model: type[pa.DataFrameModel]) -> pl.DataFrame:
