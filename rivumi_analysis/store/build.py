@@ -1,8 +1,11 @@
 """Every table for a chunk of runs (one read per run) and the one Parquet writer.
 
-:func:`build_tables` is pure: it reads each run once and builds all tables with the same
-public builders the ``*_df`` loaders use. :func:`write_parts` writes them in the one dataset
-layout shared by :mod:`rivumi_analysis.export`, the store and the distributed engine::
+:func:`build_tables` is pure: it reads each run once, as the audit does (a clean log kept as
+columns), and builds all tables with the loaders' own builders: the columnar ones where a log
+is clean, the exact ones elsewhere (:func:`chunk_frames`). :func:`build_frames`, every table
+from runs read exactly, is the oracle it is tested against. :func:`write_parts` writes them
+in the one dataset layout shared by :mod:`rivumi_analysis.export`, the store and the
+distributed engine::
 
     OUT/<table>/kind=<kind>/part-<key>.parquet
 
@@ -105,8 +108,164 @@ def build_frames(runs: Sequence[RunData]) -> dict[str, Any]:
     return {t: tables[t] for t in TABLES}
 
 
+# --- one read per run for every table ---------------------------------------------------------
+
+HELD_LOCKS_EVERY = 64
+"""``/proc/locks`` is read once per this many runs (as the audit does), not once per run."""
+
+
+def read_for_tables(loc: RunLocation, *, events_prefix: Any = None,
+                    decoded_out: list[Any] | None = None,
+                    held_locks: frozenset[str] | None = None) -> RunData:
+    """One read of a run that every table can be built from (:func:`chunk_frames`).
+
+    The audit's reading (``read_run(clean=True)``: every file read, a clean native log kept
+    as ``cleanlog.CleanLog`` columns with no per-event object), with ``session.json``,
+    ``result.json`` and ``checkpoint.json`` parsed whole (the audit keeps only the keys it
+    reads; ``manifests``, ``messages``, ``usage`` and ``runs`` read more). ``events_prefix``
+    and ``decoded_out`` as for ``read_run`` (a run with a prefix is read exactly).
+    """
+    from ..read.columnar import engine
+    from ..read.snapshot import _parse_json_doc
+
+    run = read_run(loc.run_dir, is_subagent=loc.is_subagent, parent_run_dir=loc.parent_run_dir,
+                   source_root=loc.source_root, events_prefix=events_prefix,
+                   decoded_out=decoded_out, clean=True, held_locks=held_locks)
+    if engine() == "exact":  # read_run(clean=True) parsed every document whole
+        return run
+    files = run.files
+    manifest, manifest_error = run.manifest, run.manifest_error
+    if run.manifest_model is not None:
+        # the twin accepted the bytes: a JSON object that parses without error
+        doc, _err = _parse_json_doc(files["session.json"])
+        manifest = doc if isinstance(doc, dict) else manifest
+    import dataclasses
+
+    return dataclasses.replace(
+        run, manifest=manifest, manifest_error=manifest_error,
+        result=_parse_json_doc(files["result.json"])[0],
+        checkpoint=_parse_json_doc(files["checkpoint.json"])[0])
+
+
+def read_runs_for_tables(locations: Iterable[RunLocation | str]) -> list[RunData]:
+    """:func:`read_for_tables` of every location (a string is a top-level run directory)."""
+    from ..read.cache import proc_locked_keys
+
+    out = []
+    held: frozenset[str] | None = None
+    with gc_paused():
+        for i, loc in enumerate(locations):
+            if isinstance(loc, str):
+                loc = RunLocation(loc)
+            if i % HELD_LOCKS_EVERY == 0:
+                held = proc_locked_keys()
+            out.append(read_for_tables(loc, held_locks=held))
+    return out
+
+
+def _objects_run(run: RunData) -> RunData:
+    """``run`` with the exact reading's lines and events (a clean log's, from its columns)."""
+    from ..read.cleanlog import CleanLog
+    from ..read.snapshot import clean_objects
+
+    if not isinstance(run.fast, CleanLog):
+        return run
+    import dataclasses
+
+    lines, events = clean_objects(run)
+    return dataclasses.replace(run, lines=lines, events=events, fast=None)
+
+
+def _decoded_view(run: RunData) -> RunData:
+    """``run`` as the columnar table builders take it (``fast``: the ``columnar.Decoded``)."""
+    from ..read.cleanlog import CleanLog
+
+    if not isinstance(run.fast, CleanLog):
+        return run
+    import dataclasses
+
+    return dataclasses.replace(run, fast=run.fast.decoded)
+
+
+def chunk_frames(runs: Sequence[RunData]) -> dict[str, Any]:
+    """Every table of runs read by :func:`read_for_tables`; equal to :func:`build_frames` of
+    the same runs read exactly (``tests/test_store_chunk.py``).
+
+    A clean log feeds ``events`` (``events_df``'s columns), ``states`` (the vectorised
+    engine on its columns) and the derived tables (one ``tables._common.event_views`` over
+    the union of the event types they read) without an object per event; ``runs`` takes the
+    audit record of the clean reading and the first/last event times of the events table.
+    Every other run is read exactly, as the loaders do.
+    """
+    import polars as pl
+
+    from ..tables._common import event_views, quarantine_frame
+    from ..tables.approvals import WANTS as APPROVALS
+    from ..tables.approvals import approvals_frame
+    from ..tables.drift import drift_frame
+    from ..tables.events import events_frame
+    from ..tables.forks import forks_frame
+    from ..tables.manifests import manifests_frame
+    from ..tables.messages import WANTS as MESSAGES
+    from ..tables.messages import messages_frame
+    from ..tables.model_calls import WANTS as MODEL_CALLS
+    from ..tables.model_calls import model_calls_frame
+    from ..tables.runs import runs_frame
+    from ..tables.states import _states_batches, _validate, replay_run
+    from ..tables.tool_calls import WANTS as TOOL_CALLS
+    from ..tables.tool_calls import tool_calls_frame
+    from ..tables.usage import WANTS as USAGE
+    from ..tables.usage import usage_frame
+    from ..tables.verifications import WANTS as VERIFICATIONS
+    from ..tables.verifications import verifications_frame
+
+    runs = list(runs)
+    if not runs:
+        return empty_tables()
+    wanted = (APPROVALS, MESSAGES, MODEL_CALLS, TOOL_CALLS, USAGE, VERIFICATIONS)
+    wants = (frozenset().union(*(w[0] for w in wanted)),
+             tuple(sorted({p for w in wanted for p in w[1]})))
+    with gc_paused():
+        events = events_frame(runs)
+        views = [_decoded_view(r) for r in runs]
+        pieces, _ = _states_batches(views, None, "auto")
+        states = _validate(pl.concat(pieces) if len(pieces) > 1 else pieces[0])
+        derived = event_views(views, wants)
+        replays = [replay_run(_objects_run(r)) for r in runs if r.kind != "external"]
+        tables = {
+            "runs": _with_event_times(runs_frame(runs), events),
+            "events": events,
+            "quarantine": quarantine_frame(runs),
+            "manifests": manifests_frame(runs),
+            "tool_calls": tool_calls_frame(derived),
+            "approvals": approvals_frame(derived),
+            "model_calls": model_calls_frame(derived),
+            "usage": usage_frame(derived),
+            "verifications": verifications_frame(derived),
+            "states": states,
+            "drift": drift_frame(replays),
+            "forks": forks_frame(replays),
+            "messages": messages_frame(derived),
+        }
+    return {t: tables[t] for t in TABLES}
+
+
+def _with_event_times(runs: Any, events: Any) -> Any:
+    """``runs`` with ``started_at``/``ended_at`` = the first and last ``created_at`` of each
+    run's rows in ``events`` (what ``runs_frame`` takes from the run's events, which a clean
+    reading does not build)."""
+    import polars as pl
+
+    times = events.group_by("run_dir").agg(pl.col("created_at").min().alias("_s"),
+                                           pl.col("created_at").max().alias("_e"))
+    return (runs.join(times, on="run_dir", how="left", maintain_order="left")
+            .with_columns(started_at=pl.col("_s"), ended_at=pl.col("_e"))
+            .drop("_s", "_e"))
+
+
 def build_tables(locations: Sequence[RunLocation | str]) -> dict[str, Any]:
-    """Every table for a chunk of runs, reading each run once; pure (writes nothing).
+    """Every table for a chunk of runs, reading each run once (:func:`read_for_tables`,
+    :func:`chunk_frames`); pure (writes nothing).
 
     Args:
         locations: ``RunLocation`` values from discovery (or run directory strings).
@@ -121,7 +280,7 @@ def build_tables(locations: Sequence[RunLocation | str]) -> dict[str, Any]:
     >>> t["events"].num_rows, t["runs"].num_rows, sorted(t) == sorted(TABLES)
     (50, 1, True)
     """
-    return {t: df.to_arrow() for t, df in build_frames(read_runs(locations)).items()}
+    return {t: df.to_arrow() for t, df in chunk_frames(read_runs_for_tables(locations)).items()}
 
 
 # --- the one writer -------------------------------------------------------------------------

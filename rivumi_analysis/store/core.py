@@ -51,7 +51,7 @@ from ..read.cache import RACY_SECONDS, Fingerprint, code_fingerprint, default_ca
 from ..read.cache import proc_locked_keys as _held_keys
 from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover, normalize_sources
 from ..read.snapshot import _lock_key
-from .build import TABLES, build_frames, file_digest, write_parts
+from .build import TABLES, chunk_frames, file_digest, write_parts
 
 STORE_FORMAT = 2
 """Layout of the manifest (bump when it changes shape; an old store is rebuilt)."""
@@ -655,23 +655,27 @@ def _read_chunk(task: ChunkTask, progress: RunsDone | None = None,
                 ) -> tuple[list[Any], list[Any], set[str]]:
     """Read the chunk's runs once; a live run's grown log from its first incomplete line.
 
-    Returns the runs, each run's decoded ``(lines, events)`` (before the kind-dependent
-    warnings, as ``read_run`` hands them out) and the runs whose stored prefix applied;
-    ``progress(1)`` after each run read."""
+    Returns the runs (:func:`~rivumi_analysis.store.build.read_for_tables`), each run's
+    decoded ``(lines, events)`` (before the kind-dependent warnings, as ``read_run`` hands
+    them out; None for a clean log, whose objects are built only if a prefix is kept) and
+    the runs whose stored prefix applied; ``progress(1)`` after each run read."""
     from ..read.cache import decode_prefix
-    from ..read.snapshot import gc_paused, read_run
+    from ..read.snapshot import gc_paused
+    from .build import HELD_LOCKS_EVERY, read_for_tables
 
     runs: list[Any] = []
     decoded: list[Any] = []
     resumed: set[str] = set()
+    held: frozenset[str] | None = None
     with gc_paused():
-        for loc in task.locations:
+        for i, loc in enumerate(task.locations):
+            if i % HELD_LOCKS_EVERY == 0:
+                held = _held_keys()
             blob = task.prefixes.get(loc.run_dir)
             prefix = decode_prefix(blob, (0, 0)) if blob is not None else None
             out: list[Any] = []
-            run = read_run(loc.run_dir, is_subagent=loc.is_subagent,
-                           parent_run_dir=loc.parent_run_dir, source_root=loc.source_root,
-                           events_prefix=prefix, decoded_out=out)
+            run = read_for_tables(loc, events_prefix=prefix, decoded_out=out,
+                                  held_locks=held)
             if prefix is not None and run.events_bytes is not None and prefix.matches(
                     run.events_bytes):
                 resumed.add(loc.run_dir)
@@ -689,9 +693,11 @@ def run_chunk(task: ChunkTask, progress: RunsDone | None = None) -> ChunkResult:
     atomic renames): safe to retry. ``progress(n)`` is called as runs are read.
     """
     from ..read.cache import PREFIX_MAX_BYTES, make_prefix
+    from ..read.cleanlog import CleanLog
+    from ..read.snapshot import clean_objects
 
     data, decoded, resumed = _read_chunk(task, progress)
-    frames = build_frames(data)
+    frames = chunk_frames(data)
     held = _held_keys()
     racy = time.time_ns() - int(RACY_SECONDS * 1e9)
     kinds: dict[str, str] = {}
@@ -703,9 +709,11 @@ def run_chunk(task: ChunkTask, progress: RunsDone | None = None) -> ChunkResult:
         volatile = (fp is None or after is None or after.blob != fp
                     or run.writer_active or run.live_changed or after.newest_mtime_ns > racy)
         kinds[loc.run_dir] = run.kind or "unknown"
-        keep = (volatile and dec is not None and run.events_bytes
-                and len(run.events_bytes) <= PREFIX_MAX_BYTES)
+        keep = (volatile and run.events_bytes and len(run.events_bytes) <= PREFIX_MAX_BYTES
+                and (dec is not None or isinstance(run.fast, CleanLog)))
         if keep:
+            if dec is None:
+                dec = clean_objects(run)
             p = make_prefix(run.events_bytes, dec[0], dec[1], (0, 0))
             if p is not None:
                 prefixes[loc.run_dir] = pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL)

@@ -42,6 +42,9 @@ _EVENT_TEXT = {  # event type -> (item, role, data key holding the text)
     "role_lane.completed": ("role_lane.completed", "reviewer", "preview"),
 }
 _WITH_USAGE = ("model.completed", "role_lane.completed")  # the only ones whose event has usage
+WANTS = (frozenset({"model.requested", "message", *_EVENT_TEXT}), ())
+"""The event types this table reads (names, prefixes; ``message``: external runs only, which
+are never on the columnar path): the store's columnar builder builds no other."""
 
 
 def _row(run: RunData, source: str, item: str, role: str | None, **cols: Any) -> dict[str, Any]:
