@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -187,7 +188,8 @@ def _decoded_view(run: RunData) -> RunData:
     return dataclasses.replace(run, fast=run.fast.decoded)
 
 
-def chunk_frames(runs: Sequence[RunData]) -> dict[str, Any]:
+def chunk_frames(runs: Sequence[RunData], *,
+                 stages: dict[str, float] | None = None) -> dict[str, Any]:
     """Every table of runs read by :func:`read_for_tables`; equal to :func:`build_frames` of
     the same runs read exactly (``tests/test_store_chunk.py``).
 
@@ -195,7 +197,8 @@ def chunk_frames(runs: Sequence[RunData]) -> dict[str, Any]:
     engine on its columns) and the derived tables (one ``tables._common.event_views`` over
     the union of the event types they read) without an object per event; ``runs`` takes the
     audit record of the clean reading and the first/last event times of the events table.
-    Every other run is read exactly, as the loaders do.
+    Every other run is read exactly, as the loaders do. ``stages``: CPU seconds are added
+    per stage (for ``benchmarks/store_cpu_split.py``).
     """
     import polars as pl
 
@@ -225,28 +228,40 @@ def chunk_frames(runs: Sequence[RunData]) -> dict[str, Any]:
     wanted = (APPROVALS, MESSAGES, MODEL_CALLS, TOOL_CALLS, USAGE, VERIFICATIONS)
     wants = (frozenset().union(*(w[0] for w in wanted)),
              tuple(sorted({p for w in wanted for p in w[1]})))
+    clock = time.process_time
+    last = clock()
+
+    def done(stage: str) -> None:  # CPU seconds per stage (benchmarks/store_cpu_split.py)
+        nonlocal last
+        now = clock()
+        if stages is not None:
+            stages[stage] = stages.get(stage, 0.0) + now - last
+        last = now
+
+    tables: dict[str, Any] = {}
     with gc_paused():
-        events = events_frame(runs)
+        tables["events"] = events_frame(runs)
+        done("events")
         views = [_decoded_view(r) for r in runs]
         pieces, _ = _states_batches(views, None, "auto")
-        states = _validate(pl.concat(pieces) if len(pieces) > 1 else pieces[0])
+        tables["states"] = _validate(pl.concat(pieces) if len(pieces) > 1 else pieces[0])
+        done("states")
         derived = event_views(views, wants)
+        done("event_views")
         replays = [replay_run(_objects_run(r)) for r in runs if r.kind != "external"]
-        tables = {
-            "runs": _with_event_times(runs_frame(runs), events),
-            "events": events,
-            "quarantine": quarantine_frame(runs),
-            "manifests": manifests_frame(runs),
-            "tool_calls": tool_calls_frame(derived),
-            "approvals": approvals_frame(derived),
-            "model_calls": model_calls_frame(derived),
-            "usage": usage_frame(derived),
-            "verifications": verifications_frame(derived),
-            "states": states,
-            "drift": drift_frame(replays),
-            "forks": forks_frame(replays),
-            "messages": messages_frame(derived),
-        }
+        done("replay (drift+forks)")
+        tables["runs"] = _with_event_times(runs_frame(runs), tables["events"])
+        done("runs")
+        for name, build, arg in (
+                ("quarantine", quarantine_frame, runs), ("manifests", manifests_frame, runs),
+                ("tool_calls", tool_calls_frame, derived),
+                ("approvals", approvals_frame, derived),
+                ("model_calls", model_calls_frame, derived), ("usage", usage_frame, derived),
+                ("verifications", verifications_frame, derived),
+                ("drift", drift_frame, replays), ("forks", forks_frame, replays),
+                ("messages", messages_frame, derived)):
+            tables[name] = build(arg)
+            done(name)
     return {t: tables[t] for t in TABLES}
 
 
