@@ -40,6 +40,7 @@ proof does not go through, the exact :func:`rivumi_analysis.replay.runner.replay
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import json
@@ -175,13 +176,19 @@ def _fork_accepted(run: RunData, envelope_ok: bool) -> bool:
 # Sequential kernels over the few events that touch the guard and approvals
 # --------------------------------------------------------------------------------------------
 def _guard_scan(ev: _Flat, idx: Sequence[int], cnt: list[Any], fp_set: list[Any],
-                fp: list[Any], unk: list[Any], unl: list[Any]) -> str | None:
+                fp: list[Any], unk: list[Any], unl: list[Any],
+                naive: list[Any] | None = None) -> str | None:
     """§10.1 over one run's guard-relevant events (in file order); fills the setter columns
     (``unl``: calls settled unlogged at the event, summed by the window expressions).
+
+    ``naive``: when given, ``(count, fingerprint)`` of the naive guard is appended to it
+    (``tables.drift._naive_guard``: the ``tool.requested`` events alone, no resume or
+    continuation rule, each fingerprinted from ``data.get("arguments", {})`` as it stands).
 
     Returns a fallback reason for a ``model.completed`` whose ``tool_calls`` are not all
     strings.
     """
+    naive_count, naive_last = 0, None
     last_key: str | None = None
     last_name: Any = None  # the reducer's last_call_name (any JSON value)
     count = 0
@@ -199,6 +206,11 @@ def _guard_scan(ev: _Flat, idx: Sequence[int], cnt: list[Any], fp_set: list[Any]
             else:
                 key = real = fingerprint(name, args if args is not None else {})
                 unknown = False
+            if naive is not None:
+                nfp = (real if real is not None and (args is not None or "arguments" not in d)
+                       else fingerprint(name, d.get("arguments", {})))
+                naive_count = naive_count + 1 if nfp == naive_last else 1
+                naive_last = nfp
         elif et == "tool.completed":
             err = d.get("error")
             if not (isinstance(err, str) and err.startswith(_UNKNOWN_TOOL_PREFIX)):
@@ -253,6 +265,8 @@ def _guard_scan(ev: _Flat, idx: Sequence[int], cnt: list[Any], fp_set: list[Any]
         fp_set[i] = True
         fp[i] = real
         unk[i] = unknown
+    if naive is not None:
+        naive.append((naive_count, naive_last))
     return None
 
 
@@ -549,8 +563,10 @@ class _Sparse(dict[int, Any]):
 
 def _setters(ev: _Flat, starts: list[int], by_type: Mapping[str, list[int]],
              guard_idx: list[int], appr_idx: list[int], t_list: Sequence[int | None],
-             reasons: dict[int, str]) -> dict[str, _Sparse]:
-    """The setter columns from the events that need them (adds fallback reasons)."""
+             reasons: dict[int, str],
+             naive: dict[int, Any] | None = None) -> dict[str, _Sparse]:
+    """The setter columns from the events that need them (adds fallback reasons; fills
+    ``naive`` with each scanned run's naive guard, see :func:`_guard_scan`)."""
     datas, seqs = ev.datas, ev.seqs
     col = _Sparse
 
@@ -608,7 +624,10 @@ def _setters(ev: _Flat, starts: list[int], by_type: Mapping[str, list[int]],
             ai += 1
         if k in reasons or lo == hi:
             continue
-        why = _guard_scan(ev, g_run, g_cnt, g_fp_set, g_fp, g_unk, g_unl)
+        box: list[Any] | None = [] if naive is not None else None
+        why = _guard_scan(ev, g_run, g_cnt, g_fp_set, g_fp, g_unk, g_unl, box)
+        if box:
+            naive[k] = box[0]  # type: ignore[index]
         if not why and a_run:
             resumed = {i for i in a_run if ev.types[i] == "session.resumed"}
             last_prev = _prev_latest(t_list, lo, hi, resumed) if resumed else {}
@@ -683,6 +702,80 @@ def _prepare(runs: list[RunData], charge: bool | None,
     run is prepared from its events. The Python work is per run or over the events of the
     types it concerns, never an object per event.
     """
+    events, per_run, reasons, _ = _prepare_all(runs, charge, columns, False)
+    return events, per_run, reasons
+
+
+def prepare_with_facts(runs: list[RunData], charge: bool | None,
+                       columns: Mapping[int, Any]) -> tuple[Any, Any, dict[int, str], RunFacts]:
+    """:func:`prepare_columnar` plus the per-run :class:`RunFacts` that ``drift_df`` and
+    ``forks_df`` need beyond the state columns (no polars either)."""
+    events, per_run, reasons, facts = _prepare_all(runs, charge, columns, True)
+    assert facts is not None
+    return events, per_run, reasons, facts
+
+
+class RunFacts:
+    """What drift and forks read of each run besides its state rows, as lists indexed like
+    ``runs`` (only meaningful for the runs not handed to the reference reducer):
+
+    * ``naive``: ``(repeat_count, fingerprint)`` of the naive guard (see :func:`_guard_scan`);
+    * ``verification``: the final ``RunState.verification`` as a list of ``[name, ok,
+      exit_code]`` lists (the outcomes since the last ``model.requested`` before the last
+      ``verification.completed``/``reused``);
+    * ``types``: which of :data:`FACT_TYPES` occur in the run's log;
+    * ``forked``: ``{run index: data}`` of the runs whose first event is ``run.forked``.
+    """
+
+    __slots__ = ("forked", "naive", "types", "verification")
+
+    def __init__(self, n: int) -> None:
+        self.naive: list[tuple[int, str | None]] = [(0, None)] * n
+        self.verification: list[list[list[Any]]] = [[] for _ in range(n)]
+        self.types: list[frozenset[str]] = [frozenset()] * n
+        self.forked: dict[int, Any] = {}
+
+    def __reduce__(self) -> Any:  # slots: pickled by state for the pool
+        return (_facts_from_state, (self.naive, self.verification, self.types, self.forked))
+
+
+def _facts_from_state(naive: Any, verification: Any, types: Any, forked: Any) -> RunFacts:
+    f = RunFacts(0)
+    f.naive, f.verification, f.types, f.forked = naive, verification, types, forked
+    return f
+
+
+FACT_TYPES = ("session.continued", "loop.wind_down_started", "tool.batch_started")
+"""The event types whose presence drift's explanations read."""
+
+
+def _final_verifications(ev: _Flat, starts: list[int], idx: list[int],
+                         out: list[list[list[Any]]]) -> None:
+    """``RunState.verification`` after each run (see :class:`RunFacts`), over the
+    ``model.requested``/``verification.completed``/``verification.reused`` rows ``idx``."""
+    types, datas = ev.types, ev.datas
+    k, hi = 0, starts[1] if len(starts) > 1 else 0
+    cur: list[list[Any]] = []
+    is_open = False
+    for i in idx:
+        if i >= hi:
+            out[k] = cur
+            k = bisect.bisect_right(starts, i) - 1
+            hi = starts[k + 1]
+            cur, is_open = [], False
+        if types[i] == "model.requested":
+            is_open = False
+            continue
+        d = datas[i] if isinstance(datas[i], Mapping) else {}
+        outcome = [d.get("name"), d.get("ok"), d.get("exit_code")]
+        cur = [*cur, outcome] if is_open else [outcome]
+        is_open = True
+    if k < len(out):
+        out[k] = cur
+
+
+def _prepare_all(runs: list[RunData], charge: bool | None, columns: Mapping[int, Any],
+                 want_facts: bool) -> tuple[Any, Any, dict[int, str], RunFacts | None]:
     datas, rids, lengths, (a_line, a_seq, a_type, a_ts) = _arrow_inputs(runs, columns)
     starts = list(itertools.accumulate(lengths, initial=0))
     ev = _Flat(a_type.to_pylist(), a_seq.to_pylist(), datas)
@@ -699,8 +792,25 @@ def _prepare(runs: list[RunData], charge: bool | None,
     guard_idx = _indices(a_type, sorted(_GUARD_TYPES))
     appr_idx = _indices(a_type, sorted(_APPROVAL_TYPES))
     gen_idx = _indices(a_type, _GEN_TYPES)
-    setters = _setters(ev, starts, by_type, guard_idx, appr_idx, t_list, reasons)
+    facts = RunFacts(len(runs)) if want_facts else None
+    naive: dict[int, Any] | None = {} if facts is not None else None
+    setters = _setters(ev, starts, by_type, guard_idx, appr_idx, t_list, reasons, naive)
     per = _per_run(runs, starts, ev, gen_idx, reasons, envelope_ok, charge, columns)
+    if facts is not None:
+        assert naive is not None
+        for k, value in naive.items():
+            facts.naive[k] = value
+        _final_verifications(ev, starts, sorted(
+            by_type["model.requested"] + by_type["verification.completed"]
+            + by_type["verification.reused"]), facts.verification)
+        seen: dict[int, set[str]] = {}
+        for i in _indices(a_type, FACT_TYPES):
+            seen.setdefault(bisect.bisect_right(starts, i) - 1, set()).add(ev.types[i])
+        for k, present in seen.items():
+            facts.types[k] = frozenset(present)
+        for k in range(len(runs)):
+            if lengths[k] and ev.types[starts[k]] == "run.forked":
+                facts.forked[k] = datas[starts[k]]
     run_ord = pa.array([k for k, c in enumerate(lengths) for _ in range(c)], pa.int64())
     events = pa.table({"_r": run_ord, "line_no": a_line, "sequence": a_seq,
                        "event_type": a_type, "created_at": a_ts,
@@ -708,15 +818,19 @@ def _prepare(runs: list[RunData], charge: bool | None,
                           for name, (_, at) in _SETTERS.items()}})
     per_run = pa.table({"_r": pa.array(range(len(runs)), pa.int64()),
                         **{name: pa.array(per[name], at) for name, (_, at) in _PER_RUN.items()}})
-    return events, per_run, reasons
+    return events, per_run, reasons, facts
 
 
 prepare_columnar = _prepare
 
 
-def finish_columnar(events: Any, per_run: Any,
-                    reasons: dict[int, str]) -> tuple[pl.DataFrame, dict[int, str]]:
-    """The window expressions over what :func:`prepare_columnar` prepared (in this process)."""
+def finish_columnar(events: Any, per_run: Any, reasons: dict[int, str],
+                    keep: Sequence[str] = ()) -> tuple[pl.DataFrame, dict[int, str]]:
+    """The window expressions over what :func:`prepare_columnar` prepared (in this process).
+
+    ``keep``: internal columns to keep after the state columns (``"_aw"``: the approval
+    waits closed so far, the reducer's ``approval_wait_seconds`` without the open ones).
+    """
     ev = pl.from_arrow(events)
     assert isinstance(ev, pl.DataFrame)
     ev = ev.with_columns(*[pl.col(name).cast(dt) for name, (dt, _) in _SETTERS.items()],
@@ -724,11 +838,11 @@ def finish_columnar(events: Any, per_run: Any,
     pr = pl.from_arrow(per_run)
     assert isinstance(pr, pl.DataFrame)
     pr = pr.with_columns(*[pl.col(name).cast(dt) for name, (dt, _) in _PER_RUN.items()])
-    return _finish(ev, pr, reasons)
+    return _finish(ev, pr, reasons, keep)
 
 
-def _finish(events: pl.DataFrame, per_run: pl.DataFrame,
-            reasons: dict[int, str]) -> tuple[pl.DataFrame, dict[int, str]]:
+def _finish(events: pl.DataFrame, per_run: pl.DataFrame, reasons: dict[int, str],
+            keep: Sequence[str] = ()) -> tuple[pl.DataFrame, dict[int, str]]:
     """The window expressions: the state columns of the runs not in ``reasons``."""
     et = pl.col("event_type")
     t = pl.col("created_at").cast(pl.Int64)
@@ -848,7 +962,7 @@ def _finish(events: pl.DataFrame, per_run: pl.DataFrame,
     ).with_columns(
         (pl.col("_wall") - pl.col("charged_wall_seconds")).alias("wall_time_remaining_seconds"),
     )
-    out = df.select("_r", *[pl.col(c).cast(dt) for c, dt in STATE_COLUMNS.items()])
+    out = df.select("_r", *[pl.col(c).cast(dt) for c, dt in STATE_COLUMNS.items()], *keep)
     return out, reasons
 
 

@@ -23,15 +23,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import polars as pl
 
 from ..errors import SchemaValidationError
-from ..read.snapshot import RunData
 from ..replay.reducer import REPEAT_TRIP, fingerprint
-from .states import RunReplay, check_strict, load_runs, replay_run
+from .states import ENGINES, RunReplay, check_strict, load_runs, replay_chunks, replay_run
 
 __all__ = ["DRIFT_FIELDS", "EXPLANATIONS", "WALL_TIME_TOLERANCE_SECONDS", "drift_df",
            "drift_rows"]
@@ -96,30 +96,120 @@ def _naive_guard(rr: RunReplay) -> tuple[int, str | None]:
     return count, last
 
 
+@dataclass(frozen=True, slots=True)
+class DriftFacts:
+    """What a run's drift rows read of its replay: the final state's values, the log's last
+    sequence, the event types seen, the naive guard. Built from a reference replay
+    (:func:`facts_of_replay`, the oracle) or from the vectorised engine's output
+    (:func:`facts_of_states`)."""
+
+    step: int = 0
+    repeat_count: int = 0
+    last_fingerprint: str | None = None
+    usage: tuple[Any, ...] = (0, 0, 0, 0, None)  # _USAGE_KEYS order
+    last_sequence: int = -1
+    verification: list[Any] = field(default_factory=list)
+    phase: str = "created"
+    terminal: bool = False
+    charged_wall_seconds: float | None = None
+    last_time: datetime | None = None
+    terminal_reason: str | None = None
+    fingerprint_unknown: bool = False
+    unlogged_guard_calls: int = 0
+    approval_wait_seconds: float = 0.0  # closed waits (RunState.approval_wait_seconds)
+    resume_downtime_seconds: float = 0.0
+    charge_approval_waits: bool = False
+    rejected: bool = False
+    types: frozenset[str] = frozenset()  # accepted event types (at least FACT_TYPES's)
+    naive_count: int = 0
+    naive_fp: str | None = None
+
+
+def facts_of_replay(rr: RunReplay) -> DriftFacts:
+    """:class:`DriftFacts` of a reference replay (the oracle)."""
+    s = rr.final
+    naive_count, naive_fp = _naive_guard(rr)
+    return DriftFacts(
+        step=s.step, repeat_count=s.repeat_count, last_fingerprint=s.last_fingerprint,
+        usage=tuple(s.usage.as_dict()[k] for k in _USAGE_KEYS),
+        last_sequence=rr.run.events[-1].sequence if rr.run.events else -1,
+        verification=[list(v) for v in s.verification], phase=s.phase, terminal=s.terminal,
+        charged_wall_seconds=s.charged_wall_seconds(rr.charge_approval_waits),
+        last_time=s.last_time, terminal_reason=s.terminal_reason,
+        fingerprint_unknown=s.fingerprint_unknown, unlogged_guard_calls=s.unlogged_guard_calls,
+        approval_wait_seconds=s.approval_wait_seconds,
+        resume_downtime_seconds=s.resume_downtime_seconds,
+        charge_approval_waits=rr.charge_approval_waits,
+        rejected=any(t.rejected for t in rr.transitions),
+        types=frozenset(t.event.event_type for t in rr.transitions if not t.rejected),
+        naive_count=naive_count, naive_fp=naive_fp)
+
+
+_FINAL_COLUMNS = ("step", "repeat_count", "last_action_fingerprint", *_USAGE_KEYS, "sequence",
+                  "phase", "terminal", "charged_wall_seconds", "terminal_reason",
+                  "fingerprint_unknown", "unlogged_guard_calls", "_aw",
+                  "resume_downtime_seconds", "charge_approval_waits")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def facts_of_states(states: pl.DataFrame, n_runs: int, facts: Any) -> dict[int, DriftFacts]:
+    """:class:`DriftFacts` of the runs in a vectorised state frame (``_r``, the state
+    columns and ``_aw``; see ``replay.vectorised.finish_columnar``), from each run's last row,
+    its latest ``created_at`` and the engine's ``RunFacts``; runs with no row get the initial
+    state's. Keyed by ``_r`` (the runs of ``range(n_runs)`` present in ``states``, plus the
+    empty ones, are returned; the caller drops the fallbacks)."""
+    last = states.group_by("_r", maintain_order=True).agg(
+        *[pl.col(c).last() for c in _FINAL_COLUMNS],
+        pl.col("created_at").cast(pl.Int64).max().alias("_last_us"))
+    out: dict[int, DriftFacts] = {}
+    for row in last.iter_rows():
+        r = row[0]
+        (step, rc, fp, i, o, c, rt, p, seq, phase, term, charged, treason, unk, unl, aw, down,
+         charge, last_us) = row[1:]
+        naive_count, naive_fp = facts.naive[r]
+        out[r] = DriftFacts(
+            step=step, repeat_count=rc, last_fingerprint=fp, usage=(i, o, c, rt, p),
+            last_sequence=seq, verification=facts.verification[r], phase=phase, terminal=term,
+            charged_wall_seconds=charged,
+            last_time=None if last_us is None else _EPOCH + timedelta(microseconds=last_us),
+            terminal_reason=treason, fingerprint_unknown=unk, unlogged_guard_calls=unl,
+            approval_wait_seconds=aw, resume_downtime_seconds=down,
+            charge_approval_waits=charge, rejected=False, types=facts.types[r],
+            naive_count=naive_count, naive_fp=naive_fp)
+    empty = DriftFacts()
+    for r in range(n_runs):
+        out.setdefault(r, empty)
+    return out
+
+
 def drift_rows(rr: RunReplay) -> list[dict[str, Any]]:
     """The drift rows of one reduced run (empty without a manifest)."""
     run = rr.run
-    man = run.manifest
+    return rows_of(run.run_dir, run.run_id, run.kind, run.manifest, facts_of_replay(rr))
+
+
+def rows_of(run_dir: str, run_id: str | None, kind: str, man: Any,
+            f: DriftFacts) -> list[dict[str, Any]]:
+    """The drift rows of one run from its manifest and :class:`DriftFacts` (empty without a
+    manifest)."""
     if not isinstance(man, Mapping):
         return []
-    s = rr.final
-    types = {t.event.event_type for t in rr.transitions if not t.rejected}
-    last_seq = run.events[-1].sequence if run.events else -1
+    types = f.types
+    last_seq = f.last_sequence
     man_last = man.get("last_event_sequence", -1)
     ahead = isinstance(man_last, int) and man_last == last_seq + 1
     man_usage = man.get("usage") if isinstance(man.get("usage"), Mapping) else {}
-    naive_count, naive_fp = _naive_guard(rr)
 
     replayed: dict[str, Any] = {
-        "step": s.step,
-        "repeat_count": s.repeat_count,
-        "last_action_fingerprint": s.last_fingerprint,
-        **{f"usage.{k}": v for k, v in s.usage.as_dict().items()},
+        "step": f.step,
+        "repeat_count": f.repeat_count,
+        "last_action_fingerprint": f.last_fingerprint,
+        **{f"usage.{k}": v for k, v in zip(_USAGE_KEYS, f.usage, strict=True)},
         "last_event_sequence": last_seq,
-        "verification": [list(v) for v in s.verification],
-        "phase": s.phase,
-        "terminal": s.terminal,
-        "active_wall_time_seconds": s.charged_wall_seconds(rr.charge_approval_waits),
+        "verification": f.verification,
+        "phase": f.phase,
+        "terminal": f.terminal,
+        "active_wall_time_seconds": f.charged_wall_seconds,
     }
     man_verif = man.get("verification", [])
     manifest: dict[str, Any] = {
@@ -140,10 +230,11 @@ def drift_rows(rr: RunReplay) -> list[dict[str, Any]]:
     wall_man = manifest["active_wall_time_seconds"]
     started = _parse_dt(man.get("active_started_at"))
     crash_extended = False
-    if started is not None and s.last_time is not None and isinstance(wall_man, int | float):
-        wall_man = float(wall_man) + max(0.0, (s.last_time - started).total_seconds())
+    if started is not None and f.last_time is not None and isinstance(wall_man, int | float):
+        wall_man = float(wall_man) + max(0.0, (f.last_time - started).total_seconds())
         crash_extended = True
 
+    wind_down = "loop.wind_down_started" in types or _model_usage_has(man, "wind_down")
     rows = []
     for name in DRIFT_FIELDS:
         rv, mv = replayed[name], manifest[name]
@@ -153,43 +244,41 @@ def drift_rows(rr: RunReplay) -> list[dict[str, Any]]:
                   and abs(rv - float(wall_man)) <= WALL_TIME_TOLERANCE_SECONDS)
         else:
             ok = rv == mv and type(rv) is type(mv)
-        explanation = _explain(name, ok, rr, types, ahead, naive_count, naive_fp, mv,
-                               crash_extended)
+        explanation = _explain(name, ok, f, ahead, wind_down, mv, crash_extended)
         rows.append({
-            "run_dir": run.run_dir, "run_id": run.run_id, "kind": run.kind, "field": name,
+            "run_dir": run_dir, "run_id": run_id, "kind": kind, "field": name,
             "replayed": _j(rv), "manifest": _j(mv), "matches": ok,
             "explanation": explanation, "unexplained": (not ok) and explanation is None,
         })
     return rows
 
 
-def _explain(name: str, ok: bool, rr: RunReplay, types: set[str], ahead: bool,
-             naive_count: int, naive_fp: str | None, manifest_value: Any,
-             crash_extended: bool) -> str | None:
-    s = rr.final
+def _explain(name: str, ok: bool, s: DriftFacts, ahead: bool, wind_down: bool,
+             manifest_value: Any, crash_extended: bool) -> str | None:
+    types = s.types
     if ok:
         if name in ("repeat_count", "last_action_fingerprint") and s.unlogged_guard_calls:
             return "guard_counts_unlogged_calls"
-        if name == "repeat_count" and naive_count != s.repeat_count:
+        if name == "repeat_count" and s.naive_count != s.repeat_count:
             if "session.continued" in types:
                 return "continuation_resets_repeat_guard"
             return "resume_resets_repeat_count"
-        if name == "last_action_fingerprint" and naive_fp != s.last_fingerprint:
+        if name == "last_action_fingerprint" and s.naive_fp != s.last_fingerprint:
             return "continuation_resets_repeat_guard"
         if name == "active_wall_time_seconds":
             if crash_extended:
                 return "clock_running_at_crash"
-            if rr.charge_approval_waits and s.approval_wait_seconds > WALL_TIME_TOLERANCE_SECONDS:
+            if s.charge_approval_waits and s.approval_wait_seconds > WALL_TIME_TOLERANCE_SECONDS:
                 return "m4_charges_approval_waits"
             if s.resume_downtime_seconds > WALL_TIME_TOLERANCE_SECONDS:
                 return "resume_downtime_charged"
         return None
     if ahead:
         return "manifest_ahead_by_one"
-    if any(t.rejected for t in rr.transitions):
+    if s.rejected:
         return "events_rejected"
     if name.startswith("usage."):
-        if "loop.wind_down_started" in types or _model_usage_has(rr.run, "wind_down"):
+        if wind_down:
             return "usage_includes_unlogged_lanes"
         if s.terminal_reason == "token_budget_exceeded":
             return "usage_includes_budget_crossing_call"
@@ -205,14 +294,39 @@ def _explain(name: str, ok: bool, rr: RunReplay, types: set[str], ahead: bool,
     return None
 
 
-def _model_usage_has(run: RunData, lane: str) -> bool:
-    records = run.manifest.get("model_usage") if isinstance(run.manifest, Mapping) else None
+_MANIFEST_KEYS = ("step", "repeat_count", "last_action_fingerprint", "usage",
+                  "last_event_sequence", "verification", "phase", "terminal",
+                  "active_wall_time_seconds", "active_started_at")
+
+
+def drift_manifest(manifest: Any) -> dict[str, Any] | None:
+    """The part of a parsed ``session.json`` the drift rows read (None: no manifest), so a
+    worker process sends back little: the compared keys, and ``model_usage`` cut to one
+    ``wind_down`` record when it has one.
+
+    >>> drift_manifest({"step": 2, "messages": ["..."], "model_usage": [{"lane": "primary"}]})
+    {'step': 2, 'model_usage': []}
+    """
+    if not isinstance(manifest, Mapping):
+        return None
+    out = {k: manifest[k] for k in _MANIFEST_KEYS if k in manifest}
+    records = manifest.get("model_usage")
+    if isinstance(records, list):
+        out["model_usage"] = [{"lane": "wind_down"}] if _model_usage_has(
+            manifest, "wind_down") else []
+    elif "model_usage" in manifest:
+        out["model_usage"] = None  # not a list: no lane either way
+    return out
+
+
+def _model_usage_has(manifest: Any, lane: str) -> bool:
+    records = manifest.get("model_usage") if isinstance(manifest, Mapping) else None
     return isinstance(records, list) and any(
         isinstance(r, Mapping) and r.get("lane") == lane for r in records)
 
 
 def drift_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
-             charge_approval_waits: bool | None = None) -> pl.DataFrame:
+             charge_approval_waits: bool | None = None, engine: str = "auto") -> pl.DataFrame:
     """Replayed final state vs ``session.json``, one row per (run, field).
 
     Args:
@@ -221,6 +335,9 @@ def drift_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
         strict: raise ``QuarantineError`` if any line was quarantined.
         max_depth: discovery depth limit.
         charge_approval_waits: §10.3 rule (None infers it per run, see ``states_df``).
+        engine: ``"auto"`` (default): final states from the vectorised engine, the runs it
+            cannot express from the reference reducer (as ``states_df``); ``"reference"``:
+            one reference replay per run (the oracle); both give the same table.
 
     Returns:
         Columns ``run_dir, run_id, kind, field, replayed, manifest, matches, explanation,
@@ -230,18 +347,34 @@ def drift_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
     >>> df.filter(pl.col("unexplained")).height
     0
     """
-    runs = load_runs(source, max_depth=max_depth)
-    check_strict(runs, strict)
-    return drift_frame(replay_run(run, charge_approval_waits=charge_approval_waits)
-                       for run in runs if run.kind != "external")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
+    if engine == "reference":
+        runs = load_runs(source, max_depth=max_depth)
+        check_strict(runs, strict)
+        return drift_frame(replay_run(run, charge_approval_waits=charge_approval_waits)
+                           for run in runs if run.kind != "external")
+    chunks, quarantined = replay_chunks(source, max_depth=max_depth,
+                                        charge_approval_waits=charge_approval_waits,
+                                        engine=engine, drift=True, forks=False)
+    check_strict(quarantined, strict)
+    return drift_of_rows(row for chunk in chunks for row in chunk.drift)
 
 
-def drift_frame(replays: Iterable[RunReplay]) -> pl.DataFrame:
-    """The drift table of already replayed (non-external) runs, validated."""
+def drift_frame(replays: Iterable[RunReplay], *, validate: bool = True) -> pl.DataFrame:
+    """The drift table of already replayed (non-external) runs, validated unless
+    ``validate=False``."""
     rows: list[dict[str, Any]] = []
     for rr in replays:
         rows.extend(drift_rows(rr))
-    df = pl.DataFrame(rows, schema=_SCHEMA)
+    return drift_of_rows(rows, validate=validate)
+
+
+def drift_of_rows(rows: Iterable[dict[str, Any]], *, validate: bool = True) -> pl.DataFrame:
+    """The drift table of some rows (:func:`rows_of`), validated unless ``validate=False``."""
+    df = pl.DataFrame(list(rows), schema=_SCHEMA)
+    if not validate:
+        return df
     from ..schemas import DriftSchema
 
     try:

@@ -15,7 +15,7 @@ runs, whose clock did not pause during approvals; True/False forces the rule for
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,8 @@ from ._common import check_strict, quarantine_frame  # noqa: F401  (re-exported)
 
 STATES_BATCH_RUNS = 256
 
-__all__ = ["RunReplay", "load_runs", "replay_run", "states_df", "STATE_COLUMNS"]
+__all__ = ["REPLAY_TABLES", "RunReplay", "load_runs", "replay_run", "replay_tables", "states_df",
+           "STATE_COLUMNS"]
 
 @dataclass(frozen=True, slots=True)
 class RunReplay:
@@ -346,3 +347,203 @@ def _states_of(native: list[RunData], charge_approval_waits: bool | None,
     df, fallbacks = vector_states(native, charge_approval_waits=charge_approval_waits,
                                   columns=rows)
     return _with_fallbacks(df, fallbacks, native, charge_approval_waits, engine)
+
+
+# --------------------------------------------------------------------------------------------
+# states, drift and forks from one pass of the vectorised engine
+# --------------------------------------------------------------------------------------------
+REPLAY_TABLES = ("states", "drift", "forks")
+
+
+@dataclass(slots=True)
+class ReplayChunk:
+    """What one engine pass over a chunk of (non-external) runs gives the replay tables.
+
+    ``states``: the state rows (unvalidated) with ``_r``, the run's index in the chunk, in
+    run order, the reference reducer's rows for the runs the engine hands to it;
+    ``drift``: the drift rows (empty unless asked); ``forked``: ``{_r: data}`` of the runs
+    whose first event is ``run.forked``; ``run_dirs``: every run of the chunk in order.
+    """
+
+    states: pl.DataFrame
+    drift: list[dict[str, Any]]
+    forked: dict[int, Any]
+    run_dirs: list[str]
+
+
+def _replay_finish(prepared: tuple[Any, ...], manifests: list[Any] | None,
+                   charge_approval_waits: bool | None, engine: str) -> ReplayChunk:
+    """A :class:`ReplayChunk` from what :func:`rivumi_analysis.replay.vectorised.prepare_with_facts`
+    prepared (``prepared`` = ``(events, per_run, reasons, facts, others)``, ``others[k]``
+    the complete snapshot of each run in ``reasons``); ``manifests``: each run's
+    ``drift.drift_manifest`` (None: no drift rows)."""
+    from ..replay.vectorised import NotVectorizable, finish_columnar
+    from .drift import facts_of_replay, facts_of_states, rows_of
+
+    events, per_run, reasons, facts, others = prepared
+    if reasons and engine == "vectorized":
+        k, why = next(iter(sorted(reasons.items())))
+        raise NotVectorizable(f"{others[k].run_dir}: {why} (use engine='auto')")
+    df, _ = finish_columnar(events, per_run, reasons, keep=("_aw",))
+    replays = {k: replay_run(exact_run(others[k]), charge_approval_waits=charge_approval_waits)
+               for k in sorted(reasons)}
+    run_dirs = per_run.column("run_dir").to_pylist()
+    drift: list[dict[str, Any]] = []
+    if manifests is not None:
+        run_ids = per_run.column("run_id").to_pylist()
+        kinds = per_run.column("kind").to_pylist()
+        final = facts_of_states(df, len(run_dirs), facts)
+        for k, man in enumerate(manifests):
+            if man is None:
+                continue
+            f = facts_of_replay(replays[k]) if k in replays else final[k]
+            drift.extend(rows_of(run_dirs[k], run_ids[k], kinds[k], man, f))
+    df = df.drop("_aw")
+    forked = {k: d for k, d in facts.forked.items() if k not in reasons}
+    if replays:
+        df = pl.concat([df] + [
+            states_frame([rr], validate=False).select(pl.lit(k, dtype=pl.Int64).alias("_r"),
+                                                      pl.all())
+            for k, rr in replays.items()]).sort("_r", maintain_order=True)
+        for k, rr in replays.items():
+            first = rr.run.events[0] if rr.run.events else None
+            if first is not None and first.event_type == "run.forked":
+                forked[k] = first.data
+    return ReplayChunk(df, drift, dict(sorted(forked.items())), run_dirs)
+
+
+def _replay_native(native: list[RunData], charge_approval_waits: bool | None, engine: str,
+                   drift: bool) -> ReplayChunk:
+    """A :class:`ReplayChunk` of some non-external runs (read any way), in this process."""
+    from ..replay.vectorised import prepare_with_facts
+    from .drift import drift_manifest
+
+    native, rows = _with_columns(native)
+    events, per_run, reasons, facts = prepare_with_facts(native, charge_approval_waits, rows)
+    manifests = [drift_manifest(r.manifest) for r in native] if drift else None
+    return _replay_finish((events, per_run, reasons, facts, native), manifests,
+                          charge_approval_waits, engine)
+
+
+def _prepare_replay_chunk(locations: list[Any], charge_approval_waits: bool | None,
+                          drift: bool) -> tuple[Any, ...]:
+    """A worker's part for :func:`replay_chunks` (no polars): as :func:`_prepare_chunk`,
+    plus the engine's run facts and each run's ``drift_manifest``."""
+    from ..replay.vectorised import prepare_with_facts
+    from .drift import drift_manifest
+
+    with gc_paused():
+        runs = list(_read(locations))
+        quarantined = [run for run in runs if run.quarantined]
+        native = [run for run in runs if run.kind != "external"]
+        native, rows = _with_columns(native)
+        events, per_run, reasons, facts = prepare_with_facts(native, charge_approval_waits,
+                                                             rows)
+        others = {k: _lean(exact_run(native[k])) for k in reasons}
+        manifests = [drift_manifest(r.manifest) for r in native] if drift else None
+        return (events, per_run, reasons, facts, others), manifests, quarantined
+
+
+def replay_chunks(source: Any = None, *, max_depth: int = 8,
+                  charge_approval_waits: bool | None = None, engine: str = "auto",
+                  drift: bool = True, forks: bool = True,
+                  ) -> tuple[list[ReplayChunk], list[RunData]]:
+    """The cold loaders' engine pass for ``drift_df``/``forks_df``: a source read and reduced
+    chunk by chunk (in worker processes from :data:`STATES_POOL_MIN_RUNS` runs on, as
+    ``states_df``), with the runs that have quarantined lines (for ``strict``).
+
+    ``drift``: build the drift rows; ``forks``: keep the state rows (else ``states`` is an
+    empty frame, to hold less memory).
+    """
+    import functools
+
+    def slim(chunk: ReplayChunk) -> ReplayChunk:
+        if not forks:
+            chunk.states = chunk.states.clear()
+        return chunk
+
+    locations = _locations(source, max_depth, engine)
+    if locations is not None and len(locations) >= STATES_POOL_MIN_RUNS:
+        from ..read.cache import _pool_context, default_jobs
+
+        n_jobs = min(default_jobs(), max(1, len(locations) // 16))
+        if n_jobs > 1:
+            size = max(8, min(STATES_BATCH_RUNS, len(locations) // (n_jobs * 4)))
+            parts = [locations[i:i + size] for i in range(0, len(locations), size)]
+            work = functools.partial(_prepare_replay_chunk,
+                                     charge_approval_waits=charge_approval_waits, drift=drift)
+            chunks: list[ReplayChunk] = []
+            quarantined: list[RunData] = []
+            try:
+                from concurrent.futures import ProcessPoolExecutor
+
+                with ProcessPoolExecutor(max_workers=n_jobs, mp_context=_pool_context()) as ex:
+                    for prepared, manifests, bad in ex.map(work, parts):
+                        quarantined.extend(bad)
+                        chunks.append(slim(_replay_finish(prepared, manifests,
+                                                          charge_approval_waits, engine)))
+                return chunks, quarantined
+            except (ImportError, OSError):
+                pass  # a sandbox, or privileges dropped after import: read in this process
+    runs = (stream_runs(source, max_depth=max_depth) if locations is None
+            else _read(locations))
+    chunks, quarantined = [], []
+    batch: list[RunData] = []
+    with gc_paused():
+        for run in runs:
+            if run.quarantined:
+                quarantined.append(run)
+            if run.kind != "external":
+                batch.append(run)
+            if len(batch) >= STATES_BATCH_RUNS:
+                chunks.append(slim(_replay_native(batch, charge_approval_waits, engine, drift)))
+                batch = []
+        if batch or not chunks:
+            chunks.append(slim(_replay_native(batch, charge_approval_waits, engine, drift)))
+    return chunks, quarantined
+
+
+def replay_tables(runs: Sequence[RunData], *, charge_approval_waits: bool | None = None,
+                  tables: Sequence[str] = REPLAY_TABLES,
+                  validate: bool = True) -> dict[str, pl.DataFrame]:
+    """``states``, ``drift`` and ``forks`` of some runs already read, from one pass of the
+    vectorised engine (the runs it cannot express from the reference reducer).
+
+    Equal to ``states_df(runs)``, ``drift_df(runs)`` and ``forks_df(runs)`` (fork sources
+    are looked up among ``runs``), each validated; the store builds a chunk's three replay
+    tables with it.
+
+    Args:
+        runs: runs read by the loader, in order (external runs are skipped), read any way
+            (``read_run`` with or without ``columnar=True``).
+        charge_approval_waits: as ``states_df``.
+        tables: which of :data:`REPLAY_TABLES` to build.
+        validate: validate each table with its pandera model (as the loaders do).
+
+    Returns:
+        Table name -> validated polars DataFrame, for each name in ``tables``.
+
+    >>> from rivumi_analysis.read.snapshot import read_run
+    >>> t = replay_tables([read_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e")])
+    >>> t["states"].height, t["drift"].height, t["forks"]["row_kind"].n_unique()
+    (50, 13, 1)
+    """
+    from .drift import drift_of_rows
+    from .forks import forks_of_states
+
+    unknown = set(tables) - set(REPLAY_TABLES)
+    if unknown:
+        raise ValueError(f"tables must be among {REPLAY_TABLES}, not {sorted(unknown)}")
+    native = [r for r in runs if r.kind != "external"]
+    with gc_paused():
+        chunk = _replay_native(native, charge_approval_waits, "auto", "drift" in tables)
+    out: dict[str, pl.DataFrame] = {}
+    if "states" in tables:
+        states = chunk.states.drop("_r")
+        out["states"] = _validate(states) if validate else states
+    if "drift" in tables:
+        out["drift"] = drift_of_rows(chunk.drift, validate=validate)
+    if "forks" in tables:
+        out["forks"] = forks_of_states([(chunk.states, chunk.forked, chunk.run_dirs)],
+                                       validate=validate)
+    return out
