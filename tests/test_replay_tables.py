@@ -263,3 +263,29 @@ def test_naive_guard_and_verification_rounds(tmp_path):
     rows = {r["field"]: r for r in drift.to_dicts()}
     assert rows["verification"]["matches"]
     assert rows["repeat_count"]["explanation"] == "continuation_resets_repeat_guard"
+
+
+def test_facts_that_only_an_explanation_shows(tmp_path):
+    """Planted-bug guards: a null ``arguments`` fingerprints as null for the naive guard
+    (the reducer's guard reads it as ``{}``), and an approval still open at the end is not a
+    closed wait (``m4_charges_approval_waits`` reads the closed ones)."""
+    log = Log().add("run.created", at=0).model(1, tool_calls=["shell", "shell"])
+    log.add("tool.requested", tool_call_id="a", name="shell", arguments={})
+    log.add("tool.requested", tool_call_id="b", name="shell", arguments=None)
+    run = write_run(tmp_path, "n", log, manifest(repeat_count=2, last_event_sequence=log.seq - 1,
+                                                 last_action_fingerprint=fingerprint("shell", {})))
+    drift, _ = _check_source(str(run))
+    rows = {r["field"]: r for r in drift.to_dicts()}
+    assert rows["repeat_count"]["matches"]
+    assert rows["repeat_count"]["explanation"] == "resume_resets_repeat_count"
+
+    log = Log().add("run.created", at=0).model(1)
+    log.add("approval.requested", request_id="r", action_id="a", effect="execute",
+            reason="model_tool", preview="")
+    log.add("tool.progress", at=40.0)
+    run = write_run(tmp_path, "o", log, manifest(active_wall_time_seconds=40.0))
+    for charge in (True, None):
+        ref = drift_df(str(run), engine="reference", charge_approval_waits=charge)
+        assert_frame_equal(ref, drift_df(str(run), charge_approval_waits=charge))
+        wall = ref.filter(pl.col("field") == "active_wall_time_seconds").row(0, named=True)
+        assert wall["matches"] and wall["explanation"] is None

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_RUNS = ROOT / "sample_runs"
 EXAMPLE = Path(__file__).resolve().parent / "fixtures/example/a66038f97f204cb3aaa96339f195c37e"
 _KNOWN_REASONS = {"duplicate_sequence", "tool_calls_not_strings",
-                  "overlapping_approvals", "unhashable_verification_name"}
+                  "overlapping_approvals", "unhashable_verification_name",
+                  "time_span_beyond_float"}
 
 
 def _assert_same(ref: pl.DataFrame, got: pl.DataFrame) -> None:
@@ -337,3 +338,21 @@ def test_replay_proof_leaves_nul_and_surrogate_escapes_to_the_exact_engine(tmp_p
     if proved:
         assert replay_verdict(snap.events_bytes, snap.events_status, snap.run_dir)[0]
     _check(str(run))
+
+
+def test_time_spans_beyond_float_precision_fall_back(tmp_path):
+    """A damaged timestamp 2**53 us (285 years) or more after the others: a float64
+    difference would round twice (the engine once gave a bit-flipped year's run a charged
+    wall time 1 ulp off), so the run goes to the reference reducer; a span just below stays
+    vectorised."""
+    for late, vectorised in (("6023-12-24T21:00:00.000008Z", False),
+                             ("2300-12-24T21:00:00.000008Z", True)):
+        log = Log().add("run.created", at=0).model(1)
+        log.add("tool.progress", at=99.0)
+        data = log.bytes().replace(stamp(99.0).encode(), late.encode())
+        run = tmp_path / late[:4]
+        run.mkdir()
+        (run / "events.jsonl").write_bytes(data)
+        (run / "session.json").write_text(json.dumps(manifest()))
+        assert (fallback_reasons([read_run(str(run))]) == {}) is vectorised
+        _check(str(run))

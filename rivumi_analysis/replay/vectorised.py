@@ -31,7 +31,9 @@ reducer (``engine="auto"``), so the table always equals the reference. The reaso
 * ``tool_calls_not_strings``: a ``model.completed.tool_calls`` entry that is not a string;
 * ``overlapping_approvals``: an ``approval.requested`` while another one is still open (the
   open-wait sums would depend on the order of several entries);
-* ``unhashable_verification_name``: the reference itself raises on such a log.
+* ``unhashable_verification_name``: the reference itself raises on such a log;
+* ``time_span_beyond_float``: ``created_at`` values 2**53 microseconds (285 years) or more
+  apart (a damaged timestamp), where a float64 time difference would round twice.
 
 ``fork_accepted`` (does replay accept the whole log, §9.6) is proved cheaply from what the
 loader already established for a clean native log (see :func:`_replay_accepts_fast`); when the
@@ -774,6 +776,25 @@ def _final_verifications(ev: _Flat, starts: list[int], idx: list[int],
         out[k] = cur
 
 
+_EXACT_US = 2**53
+"""Time differences below this many microseconds are exact as float64, so ``secs`` in
+:func:`_finish` (cast, then one division) rounds like ``timedelta.total_seconds()``."""
+
+
+def _wide_time_spans(a_ts: pa.Array, t_list: Sequence[int | None], starts: list[int],
+                     reasons: dict[int, str]) -> None:
+    """Hand to the reference reducer every run whose ``created_at`` values span 2**53 us
+    (285 years: a damaged timestamp) or more, where a float64 difference would round twice."""
+    span = pc.min_max(a_ts.cast(pa.int64()))
+    lo, hi = span["min"].as_py(), span["max"].as_py()
+    if lo is None or hi - lo < _EXACT_US:
+        return  # no run can span more than the whole batch
+    for k in range(len(starts) - 1):
+        ts = [t for t in t_list[starts[k]:starts[k + 1]] if t is not None]
+        if ts and max(ts) - min(ts) >= _EXACT_US:
+            reasons.setdefault(k, "time_span_beyond_float")
+
+
 def _prepare_all(runs: list[RunData], charge: bool | None, columns: Mapping[int, Any],
                  want_facts: bool) -> tuple[Any, Any, dict[int, str], RunFacts | None]:
     datas, rids, lengths, (a_line, a_seq, a_type, a_ts) = _arrow_inputs(runs, columns)
@@ -788,6 +809,7 @@ def _prepare_all(runs: list[RunData], charge: bool | None, columns: Mapping[int,
             reasons[k] = "duplicate_sequence"
         elif _envelope_ok(rids[k], ev.types[lo:hi], k in columns):
             envelope_ok.add(k)
+    _wide_time_spans(a_ts, t_list, starts, reasons)
     by_type = {name: _indices(a_type, [name]) for name in _BY_TYPE}
     guard_idx = _indices(a_type, sorted(_GUARD_TYPES))
     appr_idx = _indices(a_type, sorted(_APPROVAL_TYPES))

@@ -15,6 +15,7 @@ runs, whose clock did not pause during approvals; True/False forces the rule for
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -264,19 +265,38 @@ def _states_in_pool(locations: list[Any], charge_approval_waits: bool | None,
         return None
     size = max(8, min(STATES_BATCH_RUNS, len(locations) // (n_jobs * 4)))
     chunks = [locations[i:i + size] for i in range(0, len(locations), size)]
-    work = functools.partial(_prepare_chunk, charge_approval_waits=charge_approval_waits)
+    work = functools.partial(_pickled, functools.partial(
+        _prepare_chunk, charge_approval_waits=charge_approval_waits))
     pieces: list[pl.DataFrame] = []
     quarantined: list[RunData] = []
     try:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=n_jobs, mp_context=_pool_context()) as ex:
-            for prepared in ex.map(work, chunks):
+            for chunk, blob in zip(chunks, ex.map(work, chunks), strict=True):
+                if blob is None:  # too deeply nested to send back: this chunk here
+                    more, bad = _states_batches(_read(chunk), charge_approval_waits, engine)
+                    pieces.extend(more)
+                    quarantined.extend(bad)
+                    continue
+                prepared = pickle.loads(blob)
                 quarantined.extend(prepared[-1])
                 pieces.append(_finish_chunk(prepared, charge_approval_waits, engine))
     except (ImportError, OSError):
         return None  # a sandbox, or privileges dropped after import: read in this process
     return pieces, quarantined
+
+
+def _pickled(work: Any, locations: list[Any]) -> bytes | None:
+    """``work(locations)`` pickled in the worker, or None when it cannot be pickled: a JSON
+    value nested deeper than the pickler's recursion limit (a run's document or event, kept
+    whole); the parent then reduces that chunk itself. (The pool's own pickling would fail
+    the whole ``map``.)"""
+    result = work(locations)
+    try:
+        return pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+    except RecursionError:
+        return None
 
 
 def _prepare_chunk(locations: list[Any], charge_approval_waits: bool | None) -> tuple[Any, ...]:
@@ -470,15 +490,24 @@ def replay_chunks(source: Any = None, *, max_depth: int = 8,
         if n_jobs > 1:
             size = max(8, min(STATES_BATCH_RUNS, len(locations) // (n_jobs * 4)))
             parts = [locations[i:i + size] for i in range(0, len(locations), size)]
-            work = functools.partial(_prepare_replay_chunk,
-                                     charge_approval_waits=charge_approval_waits, drift=drift)
+            work = functools.partial(_pickled, functools.partial(
+                _prepare_replay_chunk, charge_approval_waits=charge_approval_waits,
+                drift=drift))
             chunks: list[ReplayChunk] = []
             quarantined: list[RunData] = []
             try:
                 from concurrent.futures import ProcessPoolExecutor
 
                 with ProcessPoolExecutor(max_workers=n_jobs, mp_context=_pool_context()) as ex:
-                    for prepared, manifests, bad in ex.map(work, parts):
+                    for part, blob in zip(parts, ex.map(work, parts), strict=True):
+                        if blob is None:  # too deeply nested to send back: here
+                            runs = list(_read(part))
+                            quarantined.extend(r for r in runs if r.quarantined)
+                            chunks.append(slim(_replay_native(
+                                [r for r in runs if r.kind != "external"],
+                                charge_approval_waits, engine, drift)))
+                            continue
+                        prepared, manifests, bad = pickle.loads(blob)
                         quarantined.extend(bad)
                         chunks.append(slim(_replay_finish(prepared, manifests,
                                                           charge_approval_waits, engine)))
