@@ -23,7 +23,8 @@ from rivumi_analysis.read.snapshot import load_fleet, read_run
 from rivumi_analysis.replay.reducer import fingerprint
 from rivumi_analysis.tables.drift import drift_df, drift_frame
 from rivumi_analysis.tables.forks import forks_df, forks_frame
-from rivumi_analysis.tables.states import replay_run, replay_tables, states_df
+from rivumi_analysis.tables.replayed import replay_tables
+from rivumi_analysis.tables.states import replay_run, states_df
 from tests.test_replay_helpers import RUN_ID, Log, manifest, stamp, write_run
 from tests.test_states_vec import _line, _op, _ops_log
 

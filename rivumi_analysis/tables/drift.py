@@ -31,7 +31,15 @@ import polars as pl
 
 from ..errors import SchemaValidationError
 from ..replay.reducer import REPEAT_TRIP, fingerprint
-from .states import ENGINES, RunReplay, check_strict, load_runs, replay_chunks, replay_run
+from .states import (
+    ENGINES,
+    ReplayChunk,
+    RunReplay,
+    check_strict,
+    load_runs,
+    replay_chunks,
+    replay_run,
+)
 
 __all__ = ["DRIFT_FIELDS", "EXPLANATIONS", "WALL_TIME_TOLERANCE_SECONDS", "drift_df",
            "drift_rows"]
@@ -101,7 +109,7 @@ class DriftFacts:
     """What a run's drift rows read of its replay: the final state's values, the log's last
     sequence, the event types seen, the naive guard. Built from a reference replay
     (:func:`facts_of_replay`, the oracle) or from the vectorised engine's output
-    (:func:`facts_of_states`)."""
+    (:func:`chunk_rows`)."""
 
     step: int = 0
     repeat_count: int = 0
@@ -145,29 +153,23 @@ def facts_of_replay(rr: RunReplay) -> DriftFacts:
         naive_count=naive_count, naive_fp=naive_fp)
 
 
-_FINAL_COLUMNS = ("step", "repeat_count", "last_action_fingerprint", *_USAGE_KEYS, "sequence",
-                  "phase", "terminal", "charged_wall_seconds", "terminal_reason",
-                  "fingerprint_unknown", "unlogged_guard_calls", "_aw",
-                  "resume_downtime_seconds", "charge_approval_waits")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def facts_of_states(states: pl.DataFrame, n_runs: int, facts: Any) -> dict[int, DriftFacts]:
-    """:class:`DriftFacts` of the runs in a vectorised state frame (``_r``, the state
-    columns and ``_aw``; see ``replay.vectorised.finish_columnar``), from each run's last row,
-    its latest ``created_at`` and the engine's ``RunFacts``; runs with no row get the initial
-    state's. Keyed by ``_r`` (the runs of ``range(n_runs)`` present in ``states``, plus the
-    empty ones, are returned; the caller drops the fallbacks)."""
-    last = states.group_by("_r", maintain_order=True).agg(
-        *[pl.col(c).last() for c in _FINAL_COLUMNS],
-        pl.col("created_at").cast(pl.Int64).max().alias("_last_us"))
-    out: dict[int, DriftFacts] = {}
-    for row in last.iter_rows():
+def chunk_rows(chunk: ReplayChunk) -> list[dict[str, Any]]:
+    """The drift rows of a :class:`~rivumi_analysis.tables.states.ReplayChunk` made with
+    ``manifest_of=drift_manifest``: each run's final state from the engine's last row
+    (``chunk.final``) and run facts, or from its reference replay (``chunk.replays``); a run
+    with no events has the initial state's."""
+    assert chunk.manifests is not None and chunk.final is not None
+    facts = chunk.facts
+    final: dict[int, DriftFacts] = {}
+    for row in chunk.final.iter_rows():
         r = row[0]
         (step, rc, fp, i, o, c, rt, p, seq, phase, term, charged, treason, unk, unl, aw, down,
          charge, last_us) = row[1:]
         naive_count, naive_fp = facts.naive[r]
-        out[r] = DriftFacts(
+        final[r] = DriftFacts(
             step=step, repeat_count=rc, last_fingerprint=fp, usage=(i, o, c, rt, p),
             last_sequence=seq, verification=facts.verification[r], phase=phase, terminal=term,
             charged_wall_seconds=charged,
@@ -177,9 +179,14 @@ def facts_of_states(states: pl.DataFrame, n_runs: int, facts: Any) -> dict[int, 
             charge_approval_waits=charge, rejected=False, types=facts.types[r],
             naive_count=naive_count, naive_fp=naive_fp)
     empty = DriftFacts()
-    for r in range(n_runs):
-        out.setdefault(r, empty)
-    return out
+    rows: list[dict[str, Any]] = []
+    for k, man in enumerate(chunk.manifests):
+        if man is None:
+            continue
+        rr = chunk.replays.get(k)
+        f = facts_of_replay(rr) if rr is not None else final.get(k, empty)
+        rows.extend(rows_of(chunk.run_dirs[k], chunk.run_ids[k], chunk.kinds[k], man, f))
+    return rows
 
 
 def drift_rows(rr: RunReplay) -> list[dict[str, Any]]:
@@ -356,9 +363,10 @@ def drift_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
                            for run in runs if run.kind != "external")
     chunks, quarantined = replay_chunks(source, max_depth=max_depth,
                                         charge_approval_waits=charge_approval_waits,
-                                        engine=engine, drift=True, forks=False)
+                                        engine=engine, manifest_of=drift_manifest,
+                                        keep_states=False)
     check_strict(quarantined, strict)
-    return drift_of_rows(row for chunk in chunks for row in chunk.drift)
+    return drift_of_rows(row for chunk in chunks for row in chunk_rows(chunk))
 
 
 def drift_frame(replays: Iterable[RunReplay], *, validate: bool = True) -> pl.DataFrame:

@@ -241,8 +241,7 @@ def forks_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
         runs = load_runs(source, max_depth=max_depth)
         check_strict(runs, strict)
         return forks_frame([replay_run(r) for r in runs if r.kind != "external"])
-    chunks, quarantined = replay_chunks(source, max_depth=max_depth, engine=engine,
-                                        drift=False, forks=True)
+    chunks, quarantined = replay_chunks(source, max_depth=max_depth, engine=engine)
     check_strict(quarantined, strict)
     return forks_of_states([(c.states, c.forked, c.run_dirs) for c in chunks])
 

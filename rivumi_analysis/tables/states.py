@@ -16,7 +16,7 @@ runs, whose clock did not pause during approvals; True/False forces the rule for
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +49,7 @@ from ._common import check_strict, quarantine_frame  # noqa: F401  (re-exported)
 
 STATES_BATCH_RUNS = 256
 
-__all__ = ["REPLAY_TABLES", "RunReplay", "load_runs", "replay_run", "replay_tables", "states_df",
+__all__ = ["ReplayChunk", "RunReplay", "load_runs", "replay_chunk", "replay_run", "states_df",
            "STATE_COLUMNS"]
 
 @dataclass(frozen=True, slots=True)
@@ -370,87 +370,106 @@ def _states_of(native: list[RunData], charge_approval_waits: bool | None,
 
 
 # --------------------------------------------------------------------------------------------
-# states, drift and forks from one pass of the vectorised engine
+# drift and forks from one pass of the vectorised engine (tables.drift, tables.forks and
+# tables.replayed build their rows from a ReplayChunk)
 # --------------------------------------------------------------------------------------------
-REPLAY_TABLES = ("states", "drift", "forks")
+FINAL_COLUMNS = ("step", "repeat_count", "last_action_fingerprint", "input_tokens",
+                 "output_tokens", "cached_input_tokens", "reasoning_tokens",
+                 "provider_total_tokens", "sequence", "phase", "terminal",
+                 "charged_wall_seconds", "terminal_reason", "fingerprint_unknown",
+                 "unlogged_guard_calls", "_aw", "resume_downtime_seconds",
+                 "charge_approval_waits")
+"""The columns of :attr:`ReplayChunk.final` after ``_r`` (then ``_last_us``)."""
 
 
 @dataclass(slots=True)
 class ReplayChunk:
-    """What one engine pass over a chunk of (non-external) runs gives the replay tables.
+    """One engine pass over a chunk of (non-external) runs, for the replay tables.
 
-    ``states``: the state rows (unvalidated) with ``_r``, the run's index in the chunk, in
-    run order, the reference reducer's rows for the runs the engine hands to it;
-    ``drift``: the drift rows (empty unless asked); ``forked``: ``{_r: data}`` of the runs
-    whose first event is ``run.forked``; ``run_dirs``: every run of the chunk in order.
+    * ``states``: the state rows (unvalidated) with ``_r``, the run's index in the chunk, in
+      run order (the reference reducer's rows for the runs the engine hands to it); an
+      empty frame when the caller did not keep them;
+    * ``final``: when manifests were asked for, the last row of each run the engine reduced
+      (``_r``, :data:`FINAL_COLUMNS`, ``_last_us``: its latest ``created_at`` in us);
+    * ``facts``: the engine's ``replay.vectorised.RunFacts``;
+    * ``manifests``: ``manifest_of(run.manifest)`` of each run (None when not asked);
+    * ``replays``: ``{_r: RunReplay}`` of the runs the engine handed to the reference;
+    * ``forked``: ``{_r: data}`` of the runs whose first event is ``run.forked``;
+    * ``run_dirs``, ``run_ids``, ``kinds``: every run of the chunk in order.
     """
 
     states: pl.DataFrame
-    drift: list[dict[str, Any]]
+    final: pl.DataFrame | None
+    facts: Any
+    manifests: list[Any] | None
+    replays: dict[int, RunReplay]
     forked: dict[int, Any]
     run_dirs: list[str]
+    run_ids: list[str | None]
+    kinds: list[str]
 
 
 def _replay_finish(prepared: tuple[Any, ...], manifests: list[Any] | None,
-                   charge_approval_waits: bool | None, engine: str) -> ReplayChunk:
+                   charge_approval_waits: bool | None, engine: str,
+                   keep_states: bool) -> ReplayChunk:
     """A :class:`ReplayChunk` from what :func:`rivumi_analysis.replay.vectorised.prepare_with_facts`
     prepared (``prepared`` = ``(events, per_run, reasons, facts, others)``, ``others[k]``
-    the complete snapshot of each run in ``reasons``); ``manifests``: each run's
-    ``drift.drift_manifest`` (None: no drift rows)."""
+    the complete snapshot of each run in ``reasons``)."""
     from ..replay.vectorised import NotVectorizable, finish_columnar
-    from .drift import facts_of_replay, facts_of_states, rows_of
 
     events, per_run, reasons, facts, others = prepared
     if reasons and engine == "vectorized":
         k, why = next(iter(sorted(reasons.items())))
         raise NotVectorizable(f"{others[k].run_dir}: {why} (use engine='auto')")
     df, _ = finish_columnar(events, per_run, reasons, keep=("_aw",))
+    final = None
+    if manifests is not None:
+        final = df.group_by("_r", maintain_order=True).agg(
+            *[pl.col(c).last() for c in FINAL_COLUMNS],
+            pl.col("created_at").cast(pl.Int64).max().alias("_last_us"))
     replays = {k: replay_run(exact_run(others[k]), charge_approval_waits=charge_approval_waits)
                for k in sorted(reasons)}
-    run_dirs = per_run.column("run_dir").to_pylist()
-    drift: list[dict[str, Any]] = []
-    if manifests is not None:
-        run_ids = per_run.column("run_id").to_pylist()
-        kinds = per_run.column("kind").to_pylist()
-        final = facts_of_states(df, len(run_dirs), facts)
-        for k, man in enumerate(manifests):
-            if man is None:
-                continue
-            f = facts_of_replay(replays[k]) if k in replays else final[k]
-            drift.extend(rows_of(run_dirs[k], run_ids[k], kinds[k], man, f))
-    df = df.drop("_aw")
     forked = {k: d for k, d in facts.forked.items() if k not in reasons}
-    if replays:
-        df = pl.concat([df] + [
-            states_frame([rr], validate=False).select(pl.lit(k, dtype=pl.Int64).alias("_r"),
-                                                      pl.all())
-            for k, rr in replays.items()]).sort("_r", maintain_order=True)
-        for k, rr in replays.items():
-            first = rr.run.events[0] if rr.run.events else None
-            if first is not None and first.event_type == "run.forked":
-                forked[k] = first.data
-    return ReplayChunk(df, drift, dict(sorted(forked.items())), run_dirs)
+    for k, rr in replays.items():
+        first = rr.run.events[0] if rr.run.events else None
+        if first is not None and first.event_type == "run.forked":
+            forked[k] = first.data
+    if not keep_states:
+        df = df.clear().drop("_aw")
+    else:
+        df = df.drop("_aw")
+        if replays:
+            df = pl.concat([df] + [
+                states_frame([rr], validate=False)
+                .select(pl.lit(k, dtype=pl.Int64).alias("_r"), pl.all())
+                for k, rr in replays.items()]).sort("_r", maintain_order=True)
+    return ReplayChunk(df, final, facts, manifests, replays, dict(sorted(forked.items())),
+                       per_run.column("run_dir").to_pylist(),
+                       per_run.column("run_id").to_pylist(), per_run.column("kind").to_pylist())
 
 
-def _replay_native(native: list[RunData], charge_approval_waits: bool | None, engine: str,
-                   drift: bool) -> ReplayChunk:
-    """A :class:`ReplayChunk` of some non-external runs (read any way), in this process."""
+def replay_chunk(native: list[RunData], *, charge_approval_waits: bool | None = None,
+                 engine: str = "auto", manifest_of: Any = None,
+                 keep_states: bool = True) -> ReplayChunk:
+    """A :class:`ReplayChunk` of some non-external runs (read any way), in this process.
+
+    ``manifest_of``: applied to each run's manifest for :attr:`ReplayChunk.manifests` (and
+    :attr:`ReplayChunk.final` is computed); None: neither.
+    """
     from ..replay.vectorised import prepare_with_facts
-    from .drift import drift_manifest
 
     native, rows = _with_columns(native)
     events, per_run, reasons, facts = prepare_with_facts(native, charge_approval_waits, rows)
-    manifests = [drift_manifest(r.manifest) for r in native] if drift else None
+    manifests = [manifest_of(r.manifest) for r in native] if manifest_of else None
     return _replay_finish((events, per_run, reasons, facts, native), manifests,
-                          charge_approval_waits, engine)
+                          charge_approval_waits, engine, keep_states)
 
 
 def _prepare_replay_chunk(locations: list[Any], charge_approval_waits: bool | None,
-                          drift: bool) -> tuple[Any, ...]:
+                          manifest_of: Any) -> tuple[Any, ...]:
     """A worker's part for :func:`replay_chunks` (no polars): as :func:`_prepare_chunk`,
-    plus the engine's run facts and each run's ``drift_manifest``."""
+    plus the engine's run facts and ``manifest_of`` of each run's manifest."""
     from ..replay.vectorised import prepare_with_facts
-    from .drift import drift_manifest
 
     with gc_paused():
         runs = list(_read(locations))
@@ -460,27 +479,20 @@ def _prepare_replay_chunk(locations: list[Any], charge_approval_waits: bool | No
         events, per_run, reasons, facts = prepare_with_facts(native, charge_approval_waits,
                                                              rows)
         others = {k: _lean(exact_run(native[k])) for k in reasons}
-        manifests = [drift_manifest(r.manifest) for r in native] if drift else None
+        manifests = [manifest_of(r.manifest) for r in native] if manifest_of else None
         return (events, per_run, reasons, facts, others), manifests, quarantined
 
 
 def replay_chunks(source: Any = None, *, max_depth: int = 8,
                   charge_approval_waits: bool | None = None, engine: str = "auto",
-                  drift: bool = True, forks: bool = True,
+                  manifest_of: Any = None, keep_states: bool = True,
                   ) -> tuple[list[ReplayChunk], list[RunData]]:
-    """The cold loaders' engine pass for ``drift_df``/``forks_df``: a source read and reduced
-    chunk by chunk (in worker processes from :data:`STATES_POOL_MIN_RUNS` runs on, as
-    ``states_df``), with the runs that have quarantined lines (for ``strict``).
-
-    ``drift``: build the drift rows; ``forks``: keep the state rows (else ``states`` is an
-    empty frame, to hold less memory).
+    """The engine pass of the cold ``drift_df``/``forks_df``: a source read and reduced chunk
+    by chunk (in worker processes from :data:`STATES_POOL_MIN_RUNS` runs on, as
+    ``states_df``), and the runs that have quarantined lines (for ``strict``). Arguments as
+    :func:`replay_chunk` (``manifest_of`` must be picklable: a module-level function).
     """
     import functools
-
-    def slim(chunk: ReplayChunk) -> ReplayChunk:
-        if not forks:
-            chunk.states = chunk.states.clear()
-        return chunk
 
     locations = _locations(source, max_depth, engine)
     if locations is not None and len(locations) >= STATES_POOL_MIN_RUNS:
@@ -492,7 +504,7 @@ def replay_chunks(source: Any = None, *, max_depth: int = 8,
             parts = [locations[i:i + size] for i in range(0, len(locations), size)]
             work = functools.partial(_pickled, functools.partial(
                 _prepare_replay_chunk, charge_approval_waits=charge_approval_waits,
-                drift=drift))
+                manifest_of=manifest_of))
             chunks: list[ReplayChunk] = []
             quarantined: list[RunData] = []
             try:
@@ -503,14 +515,16 @@ def replay_chunks(source: Any = None, *, max_depth: int = 8,
                         if blob is None:  # too deeply nested to send back: here
                             runs = list(_read(part))
                             quarantined.extend(r for r in runs if r.quarantined)
-                            chunks.append(slim(_replay_native(
+                            chunks.append(replay_chunk(
                                 [r for r in runs if r.kind != "external"],
-                                charge_approval_waits, engine, drift)))
+                                charge_approval_waits=charge_approval_waits, engine=engine,
+                                manifest_of=manifest_of, keep_states=keep_states))
                             continue
                         prepared, manifests, bad = pickle.loads(blob)
                         quarantined.extend(bad)
-                        chunks.append(slim(_replay_finish(prepared, manifests,
-                                                          charge_approval_waits, engine)))
+                        chunks.append(_replay_finish(prepared, manifests,
+                                                     charge_approval_waits, engine,
+                                                     keep_states))
                 return chunks, quarantined
             except (ImportError, OSError):
                 pass  # a sandbox, or privileges dropped after import: read in this process
@@ -518,6 +532,8 @@ def replay_chunks(source: Any = None, *, max_depth: int = 8,
             else _read(locations))
     chunks, quarantined = [], []
     batch: list[RunData] = []
+    kw = {"charge_approval_waits": charge_approval_waits, "engine": engine,
+          "manifest_of": manifest_of, "keep_states": keep_states}
     with gc_paused():
         for run in runs:
             if run.quarantined:
@@ -525,54 +541,8 @@ def replay_chunks(source: Any = None, *, max_depth: int = 8,
             if run.kind != "external":
                 batch.append(run)
             if len(batch) >= STATES_BATCH_RUNS:
-                chunks.append(slim(_replay_native(batch, charge_approval_waits, engine, drift)))
+                chunks.append(replay_chunk(batch, **kw))
                 batch = []
         if batch or not chunks:
-            chunks.append(slim(_replay_native(batch, charge_approval_waits, engine, drift)))
+            chunks.append(replay_chunk(batch, **kw))
     return chunks, quarantined
-
-
-def replay_tables(runs: Sequence[RunData], *, charge_approval_waits: bool | None = None,
-                  tables: Sequence[str] = REPLAY_TABLES,
-                  validate: bool = True) -> dict[str, pl.DataFrame]:
-    """``states``, ``drift`` and ``forks`` of some runs already read, from one pass of the
-    vectorised engine (the runs it cannot express from the reference reducer).
-
-    Equal to ``states_df(runs)``, ``drift_df(runs)`` and ``forks_df(runs)`` (fork sources
-    are looked up among ``runs``), each validated; the store builds a chunk's three replay
-    tables with it.
-
-    Args:
-        runs: runs read by the loader, in order (external runs are skipped), read any way
-            (``read_run`` with or without ``columnar=True``).
-        charge_approval_waits: as ``states_df``.
-        tables: which of :data:`REPLAY_TABLES` to build.
-        validate: validate each table with its pandera model (as the loaders do).
-
-    Returns:
-        Table name -> validated polars DataFrame, for each name in ``tables``.
-
-    >>> from rivumi_analysis.read.snapshot import read_run
-    >>> t = replay_tables([read_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e")])
-    >>> t["states"].height, t["drift"].height, t["forks"]["row_kind"].n_unique()
-    (50, 13, 1)
-    """
-    from .drift import drift_of_rows
-    from .forks import forks_of_states
-
-    unknown = set(tables) - set(REPLAY_TABLES)
-    if unknown:
-        raise ValueError(f"tables must be among {REPLAY_TABLES}, not {sorted(unknown)}")
-    native = [r for r in runs if r.kind != "external"]
-    with gc_paused():
-        chunk = _replay_native(native, charge_approval_waits, "auto", "drift" in tables)
-    out: dict[str, pl.DataFrame] = {}
-    if "states" in tables:
-        states = chunk.states.drop("_r")
-        out["states"] = _validate(states) if validate else states
-    if "drift" in tables:
-        out["drift"] = drift_of_rows(chunk.drift, validate=validate)
-    if "forks" in tables:
-        out["forks"] = forks_of_states([(chunk.states, chunk.forked, chunk.run_dirs)],
-                                       validate=validate)
-    return out
