@@ -243,3 +243,88 @@ def test_events_of_clean_logs_with_null_task_ids(tmp_path: Path) -> None:
     source = _write(tmp_path, log)
     heights = _check_all(source)
     assert heights["events"] == len(LINES)
+
+
+def _segments_kinds(source: str) -> list[tuple[bool, bool]]:
+    """(has clean rows, has exactly-read rows) of each segment of ``source`` in one chunk."""
+    from rivumi_analysis.read.discovery import discover
+    from rivumi_analysis.tables.events import _events_chunk
+
+    segments, _ = _events_chunk(discover(source).runs)
+    return [(s.fast is not None, s.exact is not None) for s in segments]
+
+
+def test_clean_rows_satisfy_the_pandera_model_by_construction(corpus: str,
+                                                             tmp_path: Path) -> None:
+    """``events_df`` validates only the exactly-read rows with pandera: the clean logs' rows
+    (every constraint of ``EventsSchema`` true by construction) pass pandera all the same,
+    on a corpus whose chunks interleave clean and exactly-read runs, run ids and task ids
+    that vary within a log (per-event buffers) or not (one value per run)."""
+    import shutil
+
+    from rivumi_analysis.read.cleanlog import clean_log
+    from rivumi_analysis.schemas import EventsSchema
+    from rivumi_analysis.tables.events import load_events
+
+    copy = tmp_path / "runs"
+    shutil.copytree(corpus, copy)
+    logs = sorted(copy.glob("*/events.jsonl"))
+    logs[1].write_bytes(logs[1].read_bytes() + b'{"not json\n')  # read exactly
+    data = logs[2].read_bytes()  # a task id that changes within a clean log
+    last = data.splitlines(keepends=True)[-1]
+    logs[2].write_bytes(data.replace(last, _mutate("task_id_null", last)))
+    assert clean_log(logs[2].read_bytes()) is not None
+    kinds = _segments_kinds(str(copy))
+    assert (True, True) in kinds  # clean and exact runs in one segment: interleaved
+    for jobs in (1, 2):
+        table = load_events(str(copy), strict=False, max_depth=8, jobs=jobs)
+        assert_frame_equal(_common.validate(table, EventsSchema), table)
+        clean = table.filter(~pl.col("run_dir").is_in([str(logs[1].parent)]))
+        assert_frame_equal(_common.validate(clean, EventsSchema), clean)
+    _check_events(str(copy), load_fleet(str(copy)).runs, jobs=(1, 2))
+
+
+def test_a_repeated_run_is_still_refused_by_pandera() -> None:
+    """The key (run_dir, line_no) is unique by construction only for distinct runs: the
+    same run given twice is validated whole, and refused as before."""
+    from rivumi_analysis.errors import SchemaValidationError
+    from rivumi_analysis.read.snapshot import read_run
+    from rivumi_analysis.tables.events import events_frame
+    from tests.conftest import EXAMPLE_DIR
+
+    run = read_run(str(EXAMPLE_DIR), columnar=True, skim=True)
+    assert events_frame([run]).height == 50
+    with pytest.raises(SchemaValidationError, match="key_unique"):
+        events_frame([run, run])
+
+
+def test_a_timestamp_arrow_refuses_reads_the_segment_exactly(
+        corpus: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should Arrow's parse ever refuse a timestamp the clean-log proof accepted, the whole
+    segment is read exactly (and validated by pandera): the same table."""
+    from rivumi_analysis.tables import events as ev
+
+    calls = []
+
+    def refuse(seg: Any, arrow: Any) -> None:
+        calls.append(seg)
+
+    monkeypatch.setattr(ev, "_fast_table", refuse)
+    runs = load_fleet(corpus).runs
+    _check_events(corpus, runs, jobs=(1,))
+    assert calls
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from(
+    ["a", "Z", "0", "~", "!", " ", "\n", "\t", "\x7f", "\x00", "é", "\u2028", '"', "\\"]),
+    max_size=4), max_size=4))
+def test_plain_is_the_regex(values: list[str]) -> None:
+    """``cleanlog._plain`` (C-level string checks) equals ``[!-~]+`` on every value (the
+    regex it replaced ran over the values joined by newlines, so it let a value holding a
+    newline through: such a log now takes the exact path, which is always allowed)."""
+    import re
+
+    from rivumi_analysis.read.cleanlog import _plain
+
+    assert _plain(values) == all(re.fullmatch(r"[!-~]+", v) for v in values)

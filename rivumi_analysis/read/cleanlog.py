@@ -3,8 +3,8 @@
 :func:`clean_log` accepts an ``events.jsonl`` only when the columnar fast path
 (:func:`rivumi_analysis.read.columnar.decode`) accepts the file AND every per-event check of
 the object builder (``snapshot.fast_lines_and_events``) passes, checked here over whole
-columns at once (one regular-expression match over all timestamps, one over all envelope
-strings, C-level scans for line lengths and nesting). Such a file is read by the exact path
+columns at once (one regular-expression match over all timestamps, C-level string checks
+of the envelope strings, C-level scans for line lengths and nesting). Such a file is read by the exact path
 as: every physical line an accepted event with no warning, no blank or quarantined line; and
 by resume's reader as exactly those lines, each a valid RunEvent. So the verdict needs only
 the envelope columns (sequence, type, run/task id), and the parsed ``data`` of the few event
@@ -23,7 +23,9 @@ True
 from __future__ import annotations
 
 import re
+from array import array
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from .columnar import MAX_BRACKETS, REPLAY_LINE_LIMIT, Decoded, decode
@@ -34,8 +36,6 @@ _TIMESTAMPS = re.compile(
     r"(?:" + VALID_DATE.pattern
     + r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{6})?Z\n)*")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"{[\n")
-# envelope strings replay and resume read alike: printable ASCII, no space, one per line
-_PLAIN = re.compile(r"(?:[!-~]+\n)*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +45,11 @@ class CleanLog:
     Attributes:
         decoded: the columnar decode (envelope Structs and every parsed ``data`` dict).
         data: the file's bytes.
-        sequences, event_types, run_ids, task_ids: the envelope columns, in line order.
-        longest_line: at least the longest line's length in bytes (exact when the file is
-            over 800 bytes).
+        sequences, event_types, run_ids, task_ids, event_ids, created_ats: the envelope
+            columns, in line order.
+        longest_line: the longest line's length in bytes.
         most_brackets: the most ``{`` and ``[`` bytes on one line (at most 200).
+        line_lengths: every line's length in bytes, newline excluded (``array('q')``).
     """
 
     decoded: Decoded
@@ -59,6 +60,9 @@ class CleanLog:
     task_ids: list[str | None]
     longest_line: int
     most_brackets: int
+    line_lengths: array
+    event_ids: list[str]
+    created_ats: list[str]
 
     def __len__(self) -> int:
         return len(self.sequences)
@@ -86,7 +90,11 @@ def clean_log(data: bytes | None) -> CleanLog | None:
         return None
     envs = dec.envelopes
     # every line within replay's limit (the file is one line per envelope, exactly)
-    longest = max(map(len, data.split(b"\n"))) if len(data) > 800 else len(data) - 1
+    lines = data.split(b"\n")
+    lines.pop()  # the empty piece after the final newline
+    lengths = array("q", map(len, lines))
+    del lines
+    longest = max(lengths)
     if longest > REPLAY_LINE_LIMIT:
         return None
     # at most MAX_BRACKETS '{'/'[' in each data value: a line holds its own '{', its data's
@@ -94,15 +102,32 @@ def clean_log(data: bytes | None) -> CleanLog | None:
     brackets = max(map(len, data.translate(None, _NOT_BRACKETS).split(b"\n")))
     if brackets > MAX_BRACKETS + 1:
         return None
-    stamps = "\n".join([e.created_at for e in envs]) + "\n"
+    created_ats = list(map(_CREATED_AT, envs))
+    stamps = "\n".join(created_ats) + "\n"
     if _TIMESTAMPS.fullmatch(stamps) is None or ".000000Z" in stamps:
         return None
-    types = [e.event_type for e in envs]
-    run_ids = [e.run_id for e in envs]
-    task_ids = [e.task_id for e in envs]
-    plain = "\n".join([*types, *run_ids, *[e.event_id for e in envs],
-                       *[t for t in task_ids if t is not None]]) + "\n"
-    if _PLAIN.fullmatch(plain) is None:
+    types = list(map(_EVENT_TYPE, envs))
+    run_ids = list(map(_RUN_ID, envs))
+    task_ids = list(map(_TASK_ID, envs))
+    event_ids = list(map(_EVENT_ID, envs))
+    if not (_plain(types) and _plain(run_ids) and _plain(event_ids)
+            and _plain([t for t in task_ids if t is not None])):
         return None
-    return CleanLog(dec, data, [e.sequence for e in envs], types, run_ids, task_ids, longest,
-                    brackets)
+    return CleanLog(dec, data, list(map(_SEQUENCE, envs)), types, run_ids, task_ids, longest,
+                    brackets, lengths, event_ids, created_ats)
+
+
+_CREATED_AT, _EVENT_TYPE, _RUN_ID, _TASK_ID, _EVENT_ID, _SEQUENCE = map(attrgetter, (
+    "created_at", "event_type", "run_id", "task_id", "event_id", "sequence"))
+
+
+def _plain(values: list[str]) -> bool:
+    """Every value is non-empty printable ASCII without a space (``[!-~]+``): envelope
+    strings replay and resume read alike. Whole-list C-level checks, no per-value call.
+
+    >>> _plain(["model.requested", "a1"]), _plain(["a b"]), _plain([""]), _plain(["caf\u00e9"])
+    (True, False, False, False)
+    """
+    text = "".join(values)
+    # ASCII and printable is exactly 0x20-0x7E; without the space, [!-~]
+    return text.isascii() and text.isprintable() and " " not in text and "" not in values
