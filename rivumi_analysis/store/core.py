@@ -38,11 +38,12 @@ import pickle
 import re
 import shutil
 import stat
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -72,6 +73,8 @@ LOCAL_POOL_MIN_RUNS = 256
 worker's start-up (imports) costs about as much as building a hundred runs."""
 PREFIX_DIR = "_prefix"
 """Decoded ``events.jsonl`` prefixes of live runs (``_prefix/part-<key>.pickle``)."""
+
+T = TypeVar("T")
 
 _PART_RE = re.compile(r"\.?part-g(\d+)-")
 
@@ -363,7 +366,9 @@ class Store:
                 max_depth: int = DEFAULT_MAX_DEPTH, verify: bool = False,
                 compact: bool = False, jobs: int | None = None,
                 executor: ChunkExecutor | None = None,
-                listings: dict[str, list[str]] | None = None) -> Manifest:
+                listings: dict[str, list[str]] | None = None,
+                current: tuple[Manifest | None, tuple[int, ...] | None] | None = None,
+                ) -> Manifest:
         """Bring the store up to date with ``locations`` (the discovered fleet).
 
         Reads only what changed (see the module docstring); takes the lock only to write.
@@ -373,6 +378,10 @@ class Store:
         ``executor`` runs the chunks of runs to re-read (default :func:`local_executor`;
         the distributed engine passes one that runs :func:`run_chunk` on a cluster).
         ``listings``: the run folders' listings discovery read (not listed again).
+        ``current``: the manifest and its file's identity as the caller read them before
+        discovery (``_manifest_and_identity``): planned against when the file is still that
+        one after the stat pass (not decoded again), and returned as that very object when
+        nothing changed (the caller may already have read its parts, see :func:`open_store`).
         """
         t0 = time.perf_counter()
         locs = list(locations)
@@ -389,7 +398,10 @@ class Store:
                 return True
             return False
 
-        m, ident = self._manifest_and_identity()
+        if current is None or current[1] is None or self._manifest_identity() != current[1]:
+            m, ident = self._manifest_and_identity()
+        else:
+            m, ident = current
         todo, removed = self._plan(m, locs, fps, verify)
         if up_to_date(m, todo, removed):
             return m
@@ -821,6 +833,58 @@ def open_store(source: Source | None = None, *, store_dir: str | os.PathLike[str
         SourceError: as the loaders do (missing source, regular file, no default root).
         StoreError: the store cannot be used (not writable, inside a source, locked).
     """
+    return _open(source, store_dir=store_dir, max_depth=max_depth, verify=verify,
+                 compact=compact, hook=hook, executor=executor, jobs=jobs,
+                 refresh=refresh)[0]
+
+
+def open_and_read(source: Source | None, read: Callable[[Store, Manifest], T], *,
+                  store_dir: str | os.PathLike[str] | None = None,
+                  max_depth: int = DEFAULT_MAX_DEPTH, verify: bool = False,
+                  ) -> tuple[Opened, T]:
+    """:func:`open_store`, then ``read(store, manifest)`` of the fresh manifest, with the
+    read overlapped with the stat pass.
+
+    The manifest in force is read first and ``read`` starts on it in a background thread
+    (polars releases the GIL while it reads Parquet) while the fleet is stat-ed in this
+    one. When the refresh serves that very manifest (nothing changed and its file was not
+    replaced meanwhile), that result is returned; otherwise (something changed, or the
+    read failed: a damaged part) it is discarded and ``read`` runs again on the fresh
+    manifest, exactly as without the overlap. So the result is always ``read`` of one
+    manifest, the one returned.
+    """
+    opened, job = _open(source, store_dir=store_dir, max_depth=max_depth, verify=verify,
+                        prefetch=read)
+    if job is not None and job.ok and job.manifest is opened.manifest:
+        return opened, job.value
+    del job  # a discarded result is freed before the second read
+    return opened, read(opened.store, opened.manifest)
+
+
+class _Prefetch(threading.Thread):
+    """``read(store, manifest)`` in a background thread; ``ok``/``value`` once joined
+    (any exception is kept out of the way: the caller reads again in its own thread)."""
+
+    def __init__(self, read: Callable[[Store, Manifest], Any], store: Store,
+                 manifest: Manifest) -> None:
+        super().__init__(name="rivumi-store-prefetch", daemon=True)
+        self.read, self.store, self.manifest = read, store, manifest
+        self.ok = False
+        self.value: Any = None
+
+    def run(self) -> None:
+        try:
+            self.value = self.read(self.store, self.manifest)
+            self.ok = True
+        except BaseException:  # noqa: BLE001 (read again by the caller, which raises it)
+            self.value = None
+
+
+def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
+          max_depth: int, verify: bool, compact: bool = False, hook: Hook | None = None,
+          executor: ChunkExecutor | None = None, jobs: int | None = None,
+          refresh: bool = True, prefetch: Callable[[Store, Manifest], Any] | None = None,
+          ) -> tuple[Opened, _Prefetch | None]:
     d, tops = resolve_store_dir(source, store_dir, max_depth)
     if not refresh:
         from ..read.discovery import check_sources
@@ -830,13 +894,22 @@ def open_store(source: Source | None = None, *, store_dir: str | os.PathLike[str
         m = store.manifest()
         if (m is not None and m.sources == list(tops) and m.max_depth == max_depth
                 and not store.damaged_parts(m)):
-            return Opened(store, m)
-    listings: dict[str, list[str]] = {}
-    found = discover(source, max_depth=max_depth, listings=listings)
+            return Opened(store, m), None
     store = Store(d, hook=hook)
+    current = None
+    job = None
+    if prefetch is not None and not verify:  # (verify: every part is hashed first)
+        current = store._manifest_and_identity()
+        m0 = current[0]
+        if m0 is not None and m0.sources == list(tops) and m0.max_depth == max_depth:
+            job = _Prefetch(prefetch, store, m0)
+            job.start()
     try:
+        listings: dict[str, list[str]] = {}
+        found = discover(source, max_depth=max_depth, listings=listings)
         m = store.refresh(found.runs, sources=tops, max_depth=max_depth, verify=verify,
-                          compact=compact, jobs=jobs, executor=executor, listings=listings)
+                          compact=compact, jobs=jobs, executor=executor, listings=listings,
+                          current=current)
     except OSError as exc:
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
                          errno.ENOTDIR, errno.EEXIST):
@@ -845,7 +918,10 @@ def open_store(source: Source | None = None, *, store_dir: str | os.PathLike[str
                              hint="pass store_dir= / --store DIR, or set "
                                   f"${ENV_DIR}; ${ENV_ENABLE}=0 turns the store off") from exc
         raise
-    return Opened(store, m)
+    finally:
+        if job is not None:
+            job.join()  # never left running: it reads files this process may replace
+    return Opened(store, m), job
 
 
 def remove_store(directory: str) -> None:

@@ -21,7 +21,7 @@ import polars as pl
 
 from ..errors import QuarantineError, SourceError, StoreError
 from ..read.discovery import DEFAULT_MAX_DEPTH
-from .core import Opened, open_store, store_enabled, warn_fallback
+from .core import open_and_read, open_store, store_enabled, warn_fallback
 from .read import ordered, read_parts
 
 StoreDir = str | os.PathLike[str] | None
@@ -36,8 +36,18 @@ def _path_source(source: Any) -> bool:
         isinstance(r, RunData) for r in source))
 
 
-def _open(source: Any, max_depth: int, store_dir: StoreDir, verify: bool = False) -> Opened:
-    return open_store(source, store_dir=store_dir, max_depth=max_depth, verify=verify)
+def _read(store: Any, m: Any, tables: tuple[str, ...] | list[str],
+          strict: bool) -> dict[str, pl.DataFrame] | QuarantineError:
+    """The tables of one manifest, as a cold load orders them (``strict``: the
+    ``QuarantineError`` to raise when the fleet has quarantined lines)."""
+    out = {t: ordered(read_parts(store, m, t), t, m) for t in tables}
+    if strict:
+        q = out.get("quarantine")
+        if q is None:
+            q = read_parts(store, m, "quarantine", columns=["run_dir"])
+        if q.height:
+            return QuarantineError(ordered(read_parts(store, m, "quarantine"), "quarantine", m))
+    return out
 
 
 def load_tables(tables: tuple[str, ...] | list[str], source: Any, *, strict: bool = False,
@@ -54,18 +64,11 @@ def load_tables(tables: tuple[str, ...] | list[str], source: Any, *, strict: boo
     check_sources(normalize_sources(source)[0])  # usage errors first, as a cold load
     for verify in (False, True):
         try:
-            opened = _open(source, max_depth, store_dir, verify=verify)
-            out = {t: ordered(read_parts(opened.store, opened.manifest, t), t, opened.manifest)
-                   for t in tables}
-            if strict:
-                q = out.get("quarantine")
-                if q is None:
-                    q = read_parts(opened.store, opened.manifest, "quarantine",
-                                   columns=["run_dir"])
-                if q.height:
-                    raise QuarantineError(ordered(
-                        read_parts(opened.store, opened.manifest, "quarantine"),
-                        "quarantine", opened.manifest))
+            # the Parquet read of the manifest in force overlaps the stat pass
+            out = open_and_read(source, lambda store, m: _read(store, m, tables, strict),
+                                store_dir=store_dir, max_depth=max_depth, verify=verify)[1]
+            if isinstance(out, QuarantineError):
+                raise out
             return out
         except StoreError as exc:
             warn_fallback(exc)
