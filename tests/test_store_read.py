@@ -184,3 +184,100 @@ def test_strict_load_raises_from_the_optimistic_read(fleet: Path, tmp_path: Path
         ra.events_df(str(fleet), cache=False, strict=True)
     assert_frame_equal(warm.value.quarantine, cold.value.quarantine)
     assert isinstance(warm.value.quarantine, pl.DataFrame)
+
+
+# --- names that are not UTF-8 ----------------------------------------------------------------
+
+EXAMPLE = ROOT / "tests" / "fixtures" / "example" / "a66038f97f204cb3aaa96339f195c37e"
+NOT_UTF8 = os.fsdecode(b"r\xff\xfe")  # as os.listdir gives it: surrogate escapes
+
+
+def test_an_entry_name_not_utf8_in_a_run_folder_through_the_store_and_watch(
+        tmp_path: Path) -> None:
+    """An atomic-write leftover whose name is not UTF-8 (the store and watch keyed runs with
+    msgpack of the names as str: UnicodeEncodeError, the store fell back, watch crashed)."""
+    from rivumi_analysis.store.core import run_fingerprint
+    from rivumi_analysis.store.watch import Watcher
+
+    run = tmp_path / "fleet" / EXAMPLE.name
+    shutil.copytree(EXAMPLE, run)
+    leftover = run / f".session.json.{NOT_UTF8}.tmp"
+    leftover.write_bytes(b"{}")
+    _age(tmp_path / "fleet")
+    store = tmp_path / "store"
+    src = str(tmp_path / "fleet")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no StoreWarning: served by the store
+        for t in ("events", "runs"):
+            load = getattr(ra, f"{t}_df")
+            assert_frame_equal(load(src, store_dir=store), load(src, cache=False))
+        assert open_store(src, store_dir=store).store.last_stats.reread == 0
+    first = run_fingerprint(str(run), frozenset())
+    assert first is not None and first == run_fingerprint(str(run), frozenset())
+    leftover.unlink()  # the name counts
+    assert run_fingerprint(str(run), frozenset()).blob != first.blob
+    assert open_store(src, store_dir=store).store.last_stats.reread == 1
+    leftover.write_bytes(b"{}")
+    w = Watcher(src)
+    assert w.poll() == [] and w.reads == 1
+    w.poll()
+    assert w.reads == 1  # nothing changed: stat only
+
+
+def test_a_run_folder_not_utf8_in_watch_output(tmp_path: Path) -> None:
+    """A live run whose folder name is not UTF-8: watch's lines show U+FFFD (never print
+    what is not UTF-8; JSON lines without lone surrogate escapes)."""
+    import fcntl
+    import json
+
+    from rivumi_analysis.store.watch import Watcher, render_change, render_screen
+
+    run = tmp_path / "fleet" / NOT_UTF8
+    shutil.copytree(EXAMPLE, run)
+    fd = os.open(run / ".writer.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        w = Watcher(str(tmp_path / "fleet"), stall_seconds=0)
+        changes = w.poll()
+    finally:
+        os.close(fd)
+    assert {c.type for c in changes} >= {"live", "alert"}
+    for c in changes:
+        line = render_change(c)
+        line.encode("utf-8")
+        assert "r\ufffd\ufffd" in line
+        doc = json.loads(c.to_json())
+        assert doc["run_dir"].endswith("r\ufffd\ufffd")
+        c.to_json().encode("utf-8")
+    render_screen(w, time.time(), str(tmp_path), 0.1).encode("utf-8")
+    changes = w.poll()  # the lock released: the run finishes with its verdict
+    assert [c.type for c in changes] == ["finished"]
+    assert "r\ufffd\ufffd" in render_change(changes[0])
+
+
+def test_manifest_and_read_order_with_paths_not_utf8(tmp_path: Path) -> None:
+    """The manifest keeps such paths exactly (msgpack strings are UTF-8: written as bytes),
+    and the read side matches them in the U+FFFD form the tables show."""
+    from rivumi_analysis.store.core import Manifest, _decode_manifest, _encode_manifest
+    from rivumi_analysis.store.read import ordered
+
+    a, b = f"/f/{NOT_UTF8}", "/f/b"
+    m = Manifest(3, [b, a], {r: {"sub": False, "parent": None, "root": "/f", "fp": b"x",
+                                 "part": "g1", "volatile": False} for r in (a, b)},
+                 {"g1": {"runs": [a, b], "files": []}}, [f"/{NOT_UTF8}"], 8)
+    back = _decode_manifest(_encode_manifest(m))
+    assert back is not None
+    assert (back.order, back.runs, back.parts, back.sources) == (
+        m.order, m.runs, m.parts, m.sources)
+    plain = Manifest(3, [b], {b: m.runs[b]}, {"g1": {"runs": [b], "files": []}}, ["/f"], 8)
+    assert b"fsnames" not in _encode_manifest(plain)  # the usual encoding otherwise
+    df = pl.DataFrame({"run_dir": ["/f/r\ufffd\ufffd", "/f/b"], "x": [1, 2]})
+    assert ordered(df, "events", m)["x"].to_list() == [2, 1]  # b first, as discovered
+    from rivumi_analysis.store.read import _file_scan
+
+    df.write_parquet(tmp_path / "p.parquet")  # a part whose live runs are only ``a``
+    got = _file_scan(str(tmp_path / "p.parquet"), "native", {"run_dir": pl.String,
+                                                             "x": pl.Int64}, [a]).collect()
+    assert got["x"].to_list() == [1]

@@ -118,7 +118,7 @@ def store_key(tops: Sequence[str], max_depth: int) -> str:
     """The folder name of the store of some sources (as given and as resolved)."""
     h = hashlib.blake2b(digest_size=10)
     for t in tops:
-        h.update(f"{t}\0{os.path.realpath(t)}\0".encode())
+        h.update(f"{t}\0{os.path.realpath(t)}\0".encode("utf-8", "surrogateescape"))
     h.update(str(max_depth).encode())
     name = os.path.basename(os.path.normpath(tops[0])) if tops else "fleet"
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40] or "fleet"
@@ -195,7 +195,12 @@ def run_fingerprint(run_dir: str, held: frozenset[str],
         elif name == ".writer.lock" and stat.S_ISREG(mode):
             row += (_lock_key(st.st_dev, st.st_ino) in held,)
         rows.append(row)
-    return Fingerprint(msgspec.msgpack.encode(rows), newest, events_identity)
+    try:
+        blob = msgspec.msgpack.encode(rows)
+    except UnicodeEncodeError:  # an entry name that is not UTF-8: names as their bytes
+        blob = msgspec.msgpack.encode([os.fsencode(r) if isinstance(r, str)
+                                       else (os.fsencode(r[0]), *r[1:]) for r in rows])
+    return Fingerprint(blob, newest, events_identity)
 
 
 # --- manifest --------------------------------------------------------------------------------
@@ -221,11 +226,40 @@ class Manifest:
 
 
 def _encode_manifest(m: Manifest) -> bytes:
-    body = msgspec.msgpack.encode({
-        "format": STORE_FORMAT, "code": _code(), "generation": m.generation,
-        "order": m.order, "runs": m.runs, "parts": m.parts, "sources": m.sources,
-        "max_depth": m.max_depth})
+    doc = {"format": STORE_FORMAT, "code": _code(), "generation": m.generation,
+           "order": m.order, "runs": m.runs, "parts": m.parts, "sources": m.sources,
+           "max_depth": m.max_depth}
+    try:
+        body = msgspec.msgpack.encode(doc)
+    except UnicodeEncodeError:  # a path that is not UTF-8 (msgpack strings are UTF-8)
+        body = msgspec.msgpack.encode({**_with_paths(doc, _path_out), "fsnames": True})
     return hashlib.blake2b(body, digest_size=16).digest() + body
+
+
+def _path_out(p: Any) -> Any:
+    """A path for msgpack: as its bytes when it is not UTF-8 (``os.fsencode`` undoes the
+    surrogate escapes ``os.listdir`` made of its undecodable bytes), else unchanged."""
+    if isinstance(p, str) and not p.isascii():
+        try:
+            p.encode("utf-8")
+        except UnicodeEncodeError:
+            return os.fsencode(p)
+    return p
+
+
+def _path_in(p: Any) -> Any:
+    return os.fsdecode(p) if isinstance(p, bytes) else p
+
+
+def _with_paths(doc: dict[str, Any], f: Callable[[Any], Any]) -> dict[str, Any]:
+    """``doc`` with ``f`` applied to every path in it: run folders (``order``, the keys of
+    ``runs`` and their ``parent``/``root``, the runs of each part) and ``sources``."""
+    return {**doc, "order": [f(r) for r in doc["order"]],
+            "runs": {f(r): {**e, "parent": f(e.get("parent")), "root": f(e.get("root"))}
+                     for r, e in doc["runs"].items()},
+            "parts": {k: {**p, "runs": [f(r) for r in p["runs"]]}
+                      for k, p in doc["parts"].items()},
+            "sources": [f(s) for s in doc["sources"]]}
 
 
 def _decode_manifest(blob: bytes) -> Manifest | None:
@@ -239,6 +273,8 @@ def _decode_manifest(blob: bytes) -> Manifest | None:
     if not isinstance(d, dict) or d.get("format") != STORE_FORMAT or d.get(
             "code") != _code():
         return None
+    if d.get("fsnames"):
+        d = _with_paths(d, _path_in)
     return Manifest(d["generation"], d["order"], d["runs"], d["parts"], d["sources"],
                     d["max_depth"])
 

@@ -28,7 +28,10 @@ def _file_scan(path: str, kind: str, schema: dict[str, pl.DataType],
     are checked (size, mtime, inode; BLAKE2b with ``verify`` or after a failed read)."""
     lf = pl.scan_parquet(path, hive_partitioning=False)
     if live is not None:  # a part some of whose runs were superseded by a later part
-        lf = lf.filter(pl.col("run_dir").is_in(live))
+        try:
+            lf = lf.filter(pl.col("run_dir").is_in(live))
+        except UnicodeEncodeError:  # a run folder name that is not UTF-8
+            lf = lf.filter(pl.col("run_dir").is_in(shown(live)))
     return lf.select([pl.lit(kind, dtype=dt).alias(name) if name == "kind"
                       else pl.col(name).cast(dt) for name, dt in schema.items()])
 
@@ -59,6 +62,18 @@ def read_parts(store: Any, m: Any, table: str, *, parts: list[str] | None = None
     return lf if lazy else lf.collect()
 
 
+def shown(run_dirs: list[str]) -> list[str]:
+    """Run folders as the tables show them: a name that is not UTF-8 (``os.listdir``'s
+    surrogate escapes) with U+FFFD, as ``runs_df`` does (Arrow strings are UTF-8 only).
+
+    >>> shown(["/r/a", "/r/b" + chr(0xDCFF)])
+    ['/r/a', '/r/b\ufffd']
+    """
+    from ..read.decode import _without_lone_surrogates
+
+    return _without_lone_surrogates(list(run_dirs))
+
+
 def ordered(df: pl.DataFrame, table: str, m: Any) -> pl.DataFrame:
     """Rows in the order a cold load gives them (discovery order; ``runs`` by ``run_dir``)."""
     if not df.height:
@@ -66,7 +81,11 @@ def ordered(df: pl.DataFrame, table: str, m: Any) -> pl.DataFrame:
     if table == "runs":
         return df.sort("run_dir", maintain_order=True)
     rank = {r: i for i, r in enumerate(m.order)}
-    idx = df.get_column("run_dir").replace_strict(rank, return_dtype=pl.UInt32)
+    try:
+        idx = df.get_column("run_dir").replace_strict(rank, return_dtype=pl.UInt32)
+    except UnicodeEncodeError:  # a run folder name that is not UTF-8
+        rank = {r: i for i, r in enumerate(shown(m.order))}
+        idx = df.get_column("run_dir").replace_strict(rank, return_dtype=pl.UInt32)
     if idx.is_sorted():
         return df
     return df.with_columns(idx.alias("__order")).sort("__order", maintain_order=True).drop(

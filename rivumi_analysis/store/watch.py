@@ -156,7 +156,7 @@ class Change:
                  token_limit=v.token_limit, events=v.events,
                  **({"verdict": v.verdict, "reasons": list(v.reasons)} if self.type == "finished"
                     else {"resume_now": v.verdict}))
-        return json.dumps(d, separators=(",", ":"))
+        return json.dumps(_printable(d), separators=(",", ":"))
 
 
 class Watcher:
@@ -200,7 +200,8 @@ class Watcher:
         for loc in found:
             seen.add(loc.run_dir)
             prev = self.runs.get(loc.run_dir)
-            fp = fingerprint(loc.run_dir, held)
+            # the lock file's identity (ctime/mtime/size), not its bytes, as the store does
+            fp = fingerprint(loc.run_dir, held, lock_content=False)
             if prev is not None and fp is not None and prev.fp == fp.blob:
                 view = prev.view
             else:
@@ -235,6 +236,19 @@ class Watcher:
 
 
 # --- rendering ---------------------------------------------------------------------------------
+
+def _printable(value: Any) -> Any:
+    """``value`` with a lone surrogate (a folder name that is not UTF-8, as ``os.listdir``
+    escapes it, or a ``\\udXXX`` escape in a JSON document) shown as U+FFFD: never print
+    what is not UTF-8.
+
+    >>> _printable("/runs/r" + chr(0xDCFF)), _printable({"run_dir": "ok"})
+    ('/runs/r\ufffd', {'run_dir': 'ok'})
+    """
+    from ..read.decode import _without_lone_surrogates
+
+    return _without_lone_surrogates(value)
+
 
 def _short(run_dir: str, width: int = 34) -> str:
     return run_dir if len(run_dir) <= width else "…" + run_dir[-(width - 1):]
@@ -274,7 +288,7 @@ def render_screen(w: Watcher, now: float, source_label: str, tick_seconds: float
             when = datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S")
             lines.append(f"  {when} {_short(v.run_dir)}  verdict {v.verdict}"
                          + (f" ({', '.join(v.reasons)})" if v.reasons else ""))
-    return "\n".join(lines)
+    return _printable("\n".join(lines))
 
 
 def render_change(c: Change) -> str:
@@ -282,15 +296,16 @@ def render_change(c: Change) -> str:
     v = c.view
     stamp = datetime.fromtimestamp(c.at, UTC).strftime("%H:%M:%S")
     if c.type == "alert":
-        return f"{stamp} ALERT {c.alert} {v.run_dir}: {c.message}"
+        return _printable(f"{stamp} ALERT {c.alert} {v.run_dir}: {c.message}")
     if c.type == "finished":
-        return (f"{stamp} FINISHED {v.run_dir}: verdict {v.verdict}"
-                + (f" ({', '.join(v.reasons)})" if v.reasons else ""))
+        return _printable(f"{stamp} FINISHED {v.run_dir}: verdict {v.verdict}"
+                          + (f" ({', '.join(v.reasons)})" if v.reasons else ""))
     last = f"{c.at - v.last_append:.0f}s ago" if v.last_append is not None else "-"
-    return (f"{stamp} LIVE {v.run_dir}: step {v.step}/{v.max_steps or '-'}, last event "
-            f"{last}, repeat {v.repeat_count}/{v.repeat_trip}, wall "
-            f"{_frac(v.wall_seconds, v.wall_limit)}, tokens {_frac(v.tokens, v.token_limit)}, "
-            f"resume now: {v.verdict}")
+    return _printable(
+        f"{stamp} LIVE {v.run_dir}: step {v.step}/{v.max_steps or '-'}, last event "
+        f"{last}, repeat {v.repeat_count}/{v.repeat_trip}, wall "
+        f"{_frac(v.wall_seconds, v.wall_limit)}, tokens {_frac(v.tokens, v.token_limit)}, "
+        f"resume now: {v.verdict}")
 
 
 def watch(source: Source | None, *, out: TextIO | None = None, fmt: str = "auto",
