@@ -328,3 +328,61 @@ def test_plain_is_the_regex(values: list[str]) -> None:
     from rivumi_analysis.read.cleanlog import _plain
 
     assert _plain(values) == all(re.fullmatch(r"[!-~]+", v) for v in values)
+
+
+def _leftovers() -> list[str]:
+    import glob
+    import os
+
+    return glob.glob(f"/dev/shm/rivumi-events-{os.getpid()}-*")
+
+
+def test_buffers_through_shared_memory_or_the_pipe(corpus: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pool workers hand the clean logs' buffers over in shared-memory files (mapped by
+    the parent, removed at once) or, without a writable ``/dev/shm``, through the pipe:
+    the same table either way, and no file left behind, also when the load fails."""
+    from rivumi_analysis.tables import events as ev
+
+    runs = load_fleet(corpus).runs
+    want = ev.events_frame(runs)
+    mapped = []
+    real = ev._mapped
+
+    def spy(path: str) -> Any:
+        mapped.append(path)
+        return real(path)
+
+    monkeypatch.setattr(ev, "_mapped", spy)
+    assert_frame_equal(ev.load_events(corpus, strict=False, max_depth=8, jobs=2), want)
+    assert mapped and not _leftovers()
+    mapped.clear()
+    monkeypatch.setattr(ev, "_SHARED_DIR", str(tmp_path / "missing"))
+    assert_frame_equal(ev.load_events(corpus, strict=False, max_depth=8, jobs=2), want)
+    assert not mapped  # through the pipe
+    monkeypatch.setattr(ev, "_SHARED_DIR", "/dev/shm")
+
+    def fail(seg: Any, run_dirs: list[str]) -> Any:
+        raise RuntimeError("conversion failed")
+
+    monkeypatch.setattr(ev, "_segment_frame", fail)
+    with pytest.raises(RuntimeError, match="conversion failed"):
+        ev.load_events(corpus, strict=False, max_depth=8, jobs=2)
+    assert not _leftovers()
+
+
+def test_a_buffer_that_cannot_be_shared_stays_in_the_message(tmp_path: Path) -> None:
+    from rivumi_analysis.read.discovery import discover
+    from rivumi_analysis.tables import events as ev
+    from tests.conftest import EXAMPLE_DIR
+
+    segments, _ = ev._events_chunk(discover(str(EXAMPLE_DIR)).runs)
+    fast = segments[0].fast
+    assert fast is not None
+    kept = ev._share(fast, str(tmp_path / "missing" / "x"))  # cannot be created
+    assert kept is fast
+    shared = ev._share(fast, str(tmp_path / "x"))
+    assert shared.shared is not None and isinstance(shared.data[0], ev._Span)
+    frame = ev._fast_table(shared, ev._events_schema())
+    assert_frame_equal(frame, ev._fast_table(fast, ev._events_schema()))
+    assert not list(tmp_path.iterdir())  # mapped, and its name removed

