@@ -79,8 +79,9 @@ _SCHEMA = {
 }
 
 
-def _j(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+# json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")), with the
+# encoder built once (json.dumps builds one per call for non-default options; same text).
+_j = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
 
 
 def _parse_dt(value: Any) -> datetime | None:
