@@ -290,3 +290,49 @@ def test_facts_that_only_an_explanation_shows(tmp_path):
         assert_frame_equal(ref, drift_df(str(run), charge_approval_waits=charge))
         wall = ref.filter(pl.col("field") == "active_wall_time_seconds").row(0, named=True)
         assert wall["matches"] and wall["explanation"] is None
+
+
+def _clean_views(source: str) -> tuple[list[Any], list[Any]]:
+    from rivumi_analysis.read.discovery import discover
+    from rivumi_analysis.store.build import _decoded_view, read_for_tables
+
+    runs = [read_for_tables(loc) for loc in discover(source).runs]
+    return runs, [_decoded_view(r) for r in runs]
+
+
+def test_columns_taken_from_the_events_table_of_clean_reads(tmp_path):
+    """``replay_tables(views, events=...)`` (the store's clean reads) equals the tables
+    derived without it and the reference, also when the events rows do not cover a run whole
+    (that run's columns are then derived again)."""
+    from rivumi_analysis.synth.corpus import generate_corpus
+    from rivumi_analysis.tables.events import events_frame
+
+    generate_corpus(str(tmp_path / "c"), runs=40, target_mb=0.5, workers=1, seed=4)
+    for source in (str(SAMPLE_RUNS), str(FIXTURES), str(tmp_path / "c")):
+        runs, views = _clean_views(source)
+        assert any(v.fast is not None for v in views)
+        events = events_frame(runs)
+        plain = replay_tables(views)
+        for ev in (events, events.tail(events.height - 7), events.reverse(),
+                   pl.concat([events, events.head(30)])):
+            got = replay_tables(views, events=ev)
+            for name in plain:
+                assert_frame_equal(plain[name], got[name])
+        assert_frame_equal(plain["states"], states_df(source, engine="reference"))
+        assert_frame_equal(plain["drift"], drift_df(source, engine="reference"))
+        assert_frame_equal(plain["forks"], forks_df(source, engine="reference"))
+
+
+@_SETTINGS
+@given(st.lists(_op, max_size=30), st.one_of(st.none(), _manifest))
+def test_generated_clean_logs_with_events_columns(ops, man):
+    from rivumi_analysis.tables.events import events_frame
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _write(_ops_log(ops).bytes(), man, None, tmp)
+        runs, views = _clean_views(tmp)
+        ref = _reference(load_fleet(tmp).runs)
+        got = replay_tables(views, events=events_frame(runs), tables=("drift", "forks"),
+                            validate=False)
+        assert_frame_equal(ref["drift"], got["drift"])
+        assert_frame_equal(ref["forks"], got["forks"])

@@ -24,8 +24,8 @@ REPLAY_TABLES = ("states", "drift", "forks")
 
 
 def replay_tables(runs: Sequence[RunData], *, charge_approval_waits: bool | None = None,
-                  tables: Sequence[str] = REPLAY_TABLES,
-                  validate: bool = True) -> dict[str, pl.DataFrame]:
+                  tables: Sequence[str] = REPLAY_TABLES, validate: bool = True,
+                  events: pl.DataFrame | None = None) -> dict[str, pl.DataFrame]:
     """``states``, ``drift`` and ``forks`` of some runs already read, from one engine pass.
 
     Equal to ``states_df(runs)``, ``drift_df(runs)`` and ``forks_df(runs)`` (fork sources
@@ -37,6 +37,10 @@ def replay_tables(runs: Sequence[RunData], *, charge_approval_waits: bool | None
         charge_approval_waits: as ``states_df``.
         tables: which of :data:`REPLAY_TABLES` to build.
         validate: validate each table with its pandera model (as the loaders do).
+        events: optionally, the ``events_df`` rows of ``runs`` when their logs were read
+            clean (``read_run(clean=True)``, ``fast`` passed as the clean log's
+            ``columnar.Decoded``, as the store's chunk does): the engine takes those runs'
+            columns from it instead of deriving them again (same tables).
 
     Returns:
         Table name -> polars DataFrame, for each name in ``tables``.
@@ -53,7 +57,8 @@ def replay_tables(runs: Sequence[RunData], *, charge_approval_waits: bool | None
     with gc_paused():
         chunk = replay_chunk(native, charge_approval_waits=charge_approval_waits,
                              manifest_of=drift_manifest if "drift" in tables else None,
-                             keep_states="states" in tables or "forks" in tables)
+                             keep_states="states" in tables or "forks" in tables,
+                             events=events)
     out: dict[str, pl.DataFrame] = {}
     if "states" in tables:
         states = chunk.states.drop("_r")

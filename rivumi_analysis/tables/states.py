@@ -221,18 +221,53 @@ def _read(locations: list[Any]) -> Iterator[RunData]:
                      columnar=True, with_request=True) for loc in locations)
 
 
-def _with_columns(runs: list[RunData]) -> tuple[list[RunData], dict[int, Any]]:
+_ENGINE_COLUMNS = ("line_no", "byte_offset", "byte_length", "sequence", "event_type",
+                   "event_run_id", "created_at")
+
+
+def _rows_from_events(runs: list[RunData], events: Any) -> dict[int, Any]:
+    """The engine's columns of the runs read clean (``fast`` set) from their ``events_df``
+    rows (``events``: the rows of ``runs``, each run's together in line order). A clean log
+    has one event per line, so a run's rows are used only when they are one block whose
+    ``line_no`` are exactly 1..n for its n events; any other run is left out (its columns
+    are derived again by :func:`_with_columns`)."""
+    block = pl.col("run_dir").rle_id()
+    ev = events.select(*_ENGINE_COLUMNS, block.alias("_b"), pl.col("run_dir"))
+    blocks = ev.group_by("_b", maintain_order=True).agg(
+        pl.col("run_dir").first(), pl.len().alias("_n"),
+        (pl.col("line_no") == pl.int_range(1, pl.len() + 1)).all().alias("_ok"))
+    where: dict[str, tuple[int, int]] = {}
+    start = 0
+    for run_dir, n, ok in blocks.select("run_dir", "_n", "_ok").iter_rows():
+        where[run_dir] = (-1, -1) if run_dir in where or not ok else (start, n)
+        start += n
+    table = ev.select(_ENGINE_COLUMNS).to_arrow()
+    rows: dict[int, Any] = {}
+    for k, run in enumerate(runs):
+        at = where.get(run.run_dir)
+        if run.fast is not None and at is not None and at[0] >= 0 and at[1] == len(run.fast):
+            rows[k] = table.slice(*at)
+    return rows
+
+
+def _with_columns(runs: list[RunData], events: Any = None,
+                  ) -> tuple[list[RunData], dict[int, Any]]:
     """Runs read for columns: the columnar rows of those on the fast path (one batch of
     :func:`rivumi_analysis.read.columnar.columns`), and every other run as its complete
-    snapshot (:func:`rivumi_analysis.read.snapshot.exact_run`)."""
-    fast = [k for k, r in enumerate(runs) if r.fast is not None]
+    snapshot (:func:`rivumi_analysis.read.snapshot.exact_run`).
+
+    ``events``: the ``events_df`` rows of runs whose logs were read clean
+    (``read_run(clean=True)``, ``fast`` the clean log's ``columnar.Decoded``): their columns
+    are taken from it instead of being derived again."""
+    given = _rows_from_events(runs, events) if events is not None else {}
+    fast = [k for k, r in enumerate(runs) if r.fast is not None and k not in given]
     if not fast:
-        return runs, {}
+        return runs, given
     from ..read.columnar import columns
 
     table, ok = columns([runs[k].fast for k in fast])
     out = list(runs)
-    rows: dict[int, Any] = {}
+    rows: dict[int, Any] = dict(given)
     start = 0
     for k, good in zip(fast, ok, strict=True):
         if good:
@@ -450,15 +485,16 @@ def _replay_finish(prepared: tuple[Any, ...], manifests: list[Any] | None,
 
 def replay_chunk(native: list[RunData], *, charge_approval_waits: bool | None = None,
                  engine: str = "auto", manifest_of: Any = None,
-                 keep_states: bool = True) -> ReplayChunk:
+                 keep_states: bool = True, events: Any = None) -> ReplayChunk:
     """A :class:`ReplayChunk` of some non-external runs (read any way), in this process.
 
     ``manifest_of``: applied to each run's manifest for :attr:`ReplayChunk.manifests` (and
-    :attr:`ReplayChunk.final` is computed); None: neither.
+    :attr:`ReplayChunk.final` is computed); None: neither. ``events``: see
+    :func:`_with_columns`.
     """
     from ..replay.vectorised import prepare_with_facts
 
-    native, rows = _with_columns(native)
+    native, rows = _with_columns(native, events)
     events, per_run, reasons, facts = prepare_with_facts(native, charge_approval_waits, rows)
     manifests = [manifest_of(r.manifest) for r in native] if manifest_of else None
     return _replay_finish((events, per_run, reasons, facts, native), manifests,
