@@ -164,19 +164,6 @@ def read_runs_for_tables(locations: Iterable[RunLocation | str]) -> list[RunData
     return out
 
 
-def _objects_run(run: RunData) -> RunData:
-    """``run`` with the exact reading's lines and events (a clean log's, from its columns)."""
-    from ..read.cleanlog import CleanLog
-    from ..read.snapshot import clean_objects
-
-    if not isinstance(run.fast, CleanLog):
-        return run
-    import dataclasses
-
-    lines, events = clean_objects(run)
-    return dataclasses.replace(run, lines=lines, events=events, fast=None)
-
-
 def _decoded_view(run: RunData) -> RunData:
     """``run`` as the columnar table builders take it (``fast``: the ``columnar.Decoded``)."""
     from ..read.cleanlog import CleanLog
@@ -193,28 +180,25 @@ def chunk_frames(runs: Sequence[RunData], *,
     """Every table of runs read by :func:`read_for_tables`; equal to :func:`build_frames` of
     the same runs read exactly (``tests/test_store_chunk.py``).
 
-    A clean log feeds ``events`` (``events_df``'s columns), ``states`` (the vectorised
-    engine on its columns) and the derived tables (one ``tables._common.event_views`` over
-    the union of the event types they read) without an object per event; ``runs`` takes the
-    audit record of the clean reading and the first/last event times of the events table.
+    A clean log feeds ``events`` (``events_df``'s columns), ``states``, ``drift`` and
+    ``forks`` (``tables.replayed.replay_tables``: one vectorised engine pass on its columns)
+    and the derived tables (one ``tables._common.event_views`` over the union of the event
+    types they read) without an object per event; ``runs`` takes the audit record of the
+    clean reading and the first/last event times of the events table.
     Every other run is read exactly, as the loaders do. ``stages``: CPU seconds are added
     per stage (for ``benchmarks/store_cpu_split.py``).
     """
-    import polars as pl
-
     from ..tables._common import event_views, quarantine_frame
     from ..tables.approvals import WANTS as APPROVALS
     from ..tables.approvals import approvals_frame
-    from ..tables.drift import drift_frame
     from ..tables.events import events_frame
-    from ..tables.forks import forks_frame
     from ..tables.manifests import manifests_frame
     from ..tables.messages import WANTS as MESSAGES
     from ..tables.messages import messages_frame
     from ..tables.model_calls import WANTS as MODEL_CALLS
     from ..tables.model_calls import model_calls_frame
+    from ..tables.replayed import replay_tables
     from ..tables.runs import runs_frame
-    from ..tables.states import _states_batches, _validate, replay_run
     from ..tables.tool_calls import WANTS as TOOL_CALLS
     from ..tables.tool_calls import tool_calls_frame
     from ..tables.usage import WANTS as USAGE
@@ -243,13 +227,10 @@ def chunk_frames(runs: Sequence[RunData], *,
         tables["events"] = events_frame(runs)
         done("events")
         views = [_decoded_view(r) for r in runs]
-        pieces, _ = _states_batches(views, None, "auto")
-        tables["states"] = _validate(pl.concat(pieces) if len(pieces) > 1 else pieces[0])
-        done("states")
+        tables.update(replay_tables(views))
+        done("states+drift+forks")
         derived = event_views(views, wants)
         done("event_views")
-        replays = [replay_run(_objects_run(r)) for r in runs if r.kind != "external"]
-        done("replay (drift+forks)")
         tables["runs"] = _with_event_times(runs_frame(runs), tables["events"])
         done("runs")
         for name, build, arg in (
@@ -258,7 +239,6 @@ def chunk_frames(runs: Sequence[RunData], *,
                 ("approvals", approvals_frame, derived),
                 ("model_calls", model_calls_frame, derived), ("usage", usage_frame, derived),
                 ("verifications", verifications_frame, derived),
-                ("drift", drift_frame, replays), ("forks", forks_frame, replays),
                 ("messages", messages_frame, derived)):
             tables[name] = build(arg)
             done(name)
