@@ -193,7 +193,7 @@ NOT_UTF8 = os.fsdecode(b"r\xff\xfe")  # as os.listdir gives it: surrogate escape
 
 
 def test_an_entry_name_not_utf8_in_a_run_folder_through_the_store_and_watch(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An atomic-write leftover whose name is not UTF-8 (the store and watch keyed runs with
     msgpack of the names as str: UnicodeEncodeError, the store fell back, watch crashed)."""
     from rivumi_analysis.store.core import run_fingerprint
@@ -204,6 +204,7 @@ def test_an_entry_name_not_utf8_in_a_run_folder_through_the_store_and_watch(
     leftover = run / f".session.json.{NOT_UTF8}.tmp"
     leftover.write_bytes(b"{}")
     _age(tmp_path / "fleet")
+    _settle(monkeypatch)  # the discovery recorded with the names listed (a re-used one)
     store = tmp_path / "store"
     src = str(tmp_path / "fleet")
     import warnings
@@ -214,6 +215,9 @@ def test_an_entry_name_not_utf8_in_a_run_folder_through_the_store_and_watch(
             load = getattr(ra, f"{t}_df")
             assert_frame_equal(load(src, store_dir=store), load(src, cache=False))
         assert open_store(src, store_dir=store).store.last_stats.reread == 0
+        m = Store(store).manifest()
+        assert m.discovery is not None and any(
+            leftover.name in names for _i, names in m.discovery["runs"])
     first = run_fingerprint(str(run), frozenset())
     assert first is not None and first == run_fingerprint(str(run), frozenset())
     leftover.unlink()  # the name counts
@@ -281,3 +285,102 @@ def test_manifest_and_read_order_with_paths_not_utf8(tmp_path: Path) -> None:
     got = _file_scan(str(tmp_path / "p.parquet"), "native", {"run_dir": pl.String,
                                                              "x": pl.Int64}, [a]).collect()
     assert got["x"].to_list() == [1]
+
+
+# --- a discovery re-used while no folder it listed changed -----------------------------------
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """Runs at two depths, subagents, an empty folder: every shape discovery walks."""
+    src = tmp_path / "tree"
+    for group in ("completed", "subagents"):
+        shutil.copytree(SAMPLES / group, src / group, symlinks=True)
+    shutil.copytree(SAMPLES / "crashes", src / "deep" / "er" / "crashes", symlinks=True)
+    (src / "empty").mkdir()
+    _age(src)
+    return src
+
+
+def _settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Folders count as settled 50 ms after their last change (not 2 s), so a test need
+    not wait; the file system's timestamps here are far finer than that."""
+    monkeypatch.setattr(core, "RACY_SECONDS", 0.05)
+    time.sleep(0.06)
+
+
+def _same_as_discovery(src: Path, store: Path) -> bool:
+    """The store's re-used discovery (when it applies) equals a fresh one; returns whether
+    it applied. The store's tables then equal cold ones."""
+    from rivumi_analysis.read.discovery import discover
+
+    m = Store(store).manifest()
+    again = core._rediscover([str(src)], 8, m, time.time_ns())
+    listings: dict[str, list[str]] = {}
+    fresh = discover(str(src), listings=listings).runs
+    if again is not None:
+        assert again[0] == fresh and again[1] == listings
+    return again is not None
+
+
+@pytest.mark.parametrize("change", [
+    "nothing", "leftover_in_a_run", "run_added", "run_removed", "run_in_the_empty_folder",
+    "run_replaced_by_a_symlink", "run_lost_its_markers", "subagents_appeared",
+    "subagent_added", "deep_run_added", "folder_unreadable"])
+def test_rediscovery_equals_discovery_after_each_kind_of_change(
+        tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    store = tmp_path / "store"
+    _settle(monkeypatch)
+    ra.events_df(str(tree), store_dir=store)  # the first build records the discovery
+    _settle(monkeypatch)
+    assert _same_as_discovery(tree, store)  # nothing changed: re-used
+    run = _runs(tree, "completed")[0]
+    parent = _runs(tree, "subagents")[0]
+    if change == "leftover_in_a_run":
+        (run / ".session.json.x1.tmp").write_text("{}")
+    elif change == "run_added":
+        shutil.copytree(run, tree / "completed" / "zz-added")
+    elif change == "run_removed":
+        shutil.rmtree(run)
+    elif change == "run_in_the_empty_folder":
+        shutil.copytree(run, tree / "empty" / "zz-new")
+    elif change == "run_replaced_by_a_symlink":
+        shutil.move(run, tmp_path / "elsewhere")
+        os.symlink(tmp_path / "elsewhere", run)
+    elif change == "run_lost_its_markers":
+        for name in os.listdir(run):
+            if name in {"session.json", "events.jsonl", "request.json", "checkpoint.json",
+                        "result.json"}:
+                os.unlink(run / name)
+        shutil.copytree(_runs(tree, "completed")[1], run / "inner")  # now a folder of runs
+    elif change == "subagents_appeared":
+        shutil.copytree(_runs(tree, "completed")[1], run / "subagents" / "child")
+    elif change == "subagent_added":
+        subs = parent / "subagents"
+        shutil.copytree(next(p for p in subs.iterdir() if p.is_dir()), subs / "zz-child")
+    elif change == "deep_run_added":
+        shutil.copytree(run, tree / "deep" / "er" / "zz-deep")
+    elif change == "folder_unreadable":
+        os.chmod(tree / "empty", 0)  # (root lists it anyway; its ctime changed)
+    reused = _same_as_discovery(tree, store)
+    # a change inside a run folder re-lists that folder only; any other change rediscovers
+    assert reused == (change in {"nothing", "leftover_in_a_run"}), change
+    for t in ("events", "runs"):
+        load = getattr(ra, f"{t}_df")
+        assert_frame_equal(load(str(tree), store_dir=store), load(str(tree), cache=False))
+    # once the changed folders have settled, an open records a discovery to re-use again
+    _settle(monkeypatch)
+    ra.runs_df(str(tree), store_dir=store)
+    assert _same_as_discovery(tree, store)
+    if change == "folder_unreadable":
+        os.chmod(tree / "empty", 0o755)
+
+
+def test_a_folder_changed_just_before_discovery_is_never_trusted(
+        tree: Path, tmp_path: Path) -> None:
+    """With the real RACY_SECONDS every folder here was just created: nothing is re-used
+    (a change within the same clock tick could keep a folder's ctime)."""
+    store = tmp_path / "store"
+    ra.events_df(str(tree), store_dir=store)
+    m = Store(store).manifest()
+    assert m.discovery is None or all(ident is None for ident, _ in m.discovery["runs"])
+    assert not _same_as_discovery(tree, store)

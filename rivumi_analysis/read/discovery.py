@@ -162,7 +162,8 @@ def _is_run_dir(names: list[str]) -> bool:
 
 
 def discover(source: Source | None, *, max_depth: int = DEFAULT_MAX_DEPTH,
-             listings: dict[str, list[str]] | None = None) -> Discovery:
+             listings: dict[str, list[str]] | None = None,
+             folders: list[str] | None = None) -> Discovery:
     """Find every run directory below ``source``.
 
     A source path that is itself a run is used as given (even when it is a symlink). Below
@@ -171,6 +172,11 @@ def discover(source: Source | None, *, max_depth: int = DEFAULT_MAX_DEPTH,
     ``listings``, when given, receives the sorted entry names of every local run folder as
     discovery listed them (the audit cache fingerprints a run from them instead of listing
     the folder a second time).
+
+    ``folders``, when given, receives every other local path discovery listed or probed
+    (folders of runs, ``subagents`` folders, folders it could not list): with the run
+    folders, everything the result depends on below the sources (the store re-uses a
+    discovery while none of them changed, see ``store.core``).
 
     Raises:
         SourceError: a missing source, a regular file, or no default root.
@@ -184,7 +190,7 @@ def discover(source: Source | None, *, max_depth: int = DEFAULT_MAX_DEPTH,
         if "://" not in top:
             root = os.path.realpath(top)
             _walk(root, 0, max_depth, runs, skipped, seen, is_top=True, source_root=root,
-                  listings=listings)
+                  listings=listings, folders=folders)
     uris = [p for p in paths if "://" in p]
     if uris:
         from .uri import discover_uris
@@ -207,11 +213,14 @@ def discover_listing(listing: str) -> Discovery:
 
 def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
           skipped: list[Skipped], seen: set[str], *, is_top: bool, source_root: str,
-          listings: dict[str, list[str]] | None = None) -> None:
+          listings: dict[str, list[str]] | None = None,
+          folders: list[str] | None = None) -> None:
     # names first (a run folder needs no entry kinds: a fleet's listing is mostly runs)
     listed = _names(path)
     if listed is None:
         skipped.append(Skipped(path, "unreadable"))
+        if folders is not None:
+            folders.append(path)
         return
     if _is_run_dir(listed):
         if path not in seen:
@@ -223,8 +232,11 @@ def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
                 listings[path] = listed
             if "subagents" in listed:
                 _walk_subagents(path, runs, skipped, seen, depth=0,
-                                max_depth=max_depth, source_root=root, listings=listings)
+                                max_depth=max_depth, source_root=root, listings=listings,
+                                folders=folders)
         return
+    if folders is not None:
+        folders.append(path)
     entries = _entries(path)  # a folder of runs: the kinds of its entries
     if entries is None:
         skipped.append(Skipped(path, "unreadable"))
@@ -241,7 +253,7 @@ def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
                 skipped.append(Skipped(child, "depth_limit"))
             else:
                 _walk(child, depth + 1, max_depth, runs, skipped, seen, is_top=False,
-                      source_root=source_root, listings=listings)
+                      source_root=source_root, listings=listings, folders=folders)
         elif kind == "other":
             skipped.append(Skipped(child, "not_regular"))
         # regular files in a non-run folder are simply not runs
@@ -250,8 +262,11 @@ def _walk(path: str, depth: int, max_depth: int, runs: list[RunLocation],
 def _walk_subagents(run_dir: str, runs: list[RunLocation],
                     skipped: list[Skipped], seen: set[str], *, depth: int,
                     max_depth: int, source_root: str | None = None,
-                    listings: dict[str, list[str]] | None = None) -> None:
+                    listings: dict[str, list[str]] | None = None,
+                    folders: list[str] | None = None) -> None:
     sub_path = os.path.join(run_dir, "subagents")
+    if folders is not None:
+        folders.append(sub_path)
     kind = _path_kind(sub_path)
     if kind == "unreadable":
         skipped.append(Skipped(sub_path, "unreadable"))
@@ -283,6 +298,8 @@ def _walk_subagents(run_dir: str, runs: list[RunLocation],
         grand = _names(child)
         if grand is None:
             skipped.append(Skipped(child, "unreadable"))
+            if folders is not None:
+                folders.append(child)
             continue
         if child in seen:
             continue
@@ -293,7 +310,7 @@ def _walk_subagents(run_dir: str, runs: list[RunLocation],
             listings[child] = grand
         if "subagents" in grand:
             _walk_subagents(child, runs, skipped, seen, depth=depth + 1, max_depth=max_depth,
-                            source_root=source_root, listings=listings)
+                            source_root=source_root, listings=listings, folders=folders)
 
 
 def _path_kind(path: str) -> str:

@@ -30,6 +30,7 @@ readable; the next refresh reuses the same generation key and overwrites the lef
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -43,6 +44,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import msgspec
@@ -140,6 +142,9 @@ def _code() -> str:
 
 # --- fingerprints ----------------------------------------------------------------------------
 
+_STAT_KEY = attrgetter("st_mode", "st_size", "st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev")
+S_ISREG = stat.S_ISREG
+
 CONTENT_FILES = frozenset({"session.json", "request.json", "events.jsonl", "result.json",
                            "checkpoint.json", "backend-result.json", ".writer.lock"})
 """The entries of a run folder whose content the toolkit reads (``read.snapshot.read_run``);
@@ -170,36 +175,38 @@ def run_fingerprint(run_dir: str, held: frozenset[str],
         except OSError:
             return None
     rows: list[Any] = []
+    append = rows.append
     newest = 0
     events_identity = None
     lstat = os.lstat
-    # called for every run on every open: plain concatenation, not os.path.join (a third
-    # of the stat pass's Python time on 10,000 runs)
+    # called for every run on every open (10,000 runs: ~60,000 files): plain concatenation,
+    # not os.path.join, and each entry's stat fields in one C-level call
     base = run_dir if run_dir.endswith(os.sep) else run_dir + os.sep
     for name in names:
         if name not in CONTENT_FILES:
-            rows.append(name)
+            append(name)
             continue
         try:
-            st = lstat(base + name)
+            key = _STAT_KEY(lstat(base + name))  # mode, size, mtime, ctime, inode, device
         except OSError:
-            rows.append((name, None))
+            append((name, None))
             continue
-        mode = st.st_mode
-        row: tuple[Any, ...] = (name, mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                st.st_ino, st.st_dev)
-        if st.st_mtime_ns > newest:
-            newest = st.st_mtime_ns
-        if name == "events.jsonl" and stat.S_ISREG(mode):
-            events_identity = (st.st_ino, st.st_dev)
-        elif name == ".writer.lock" and stat.S_ISREG(mode):
-            row += (_lock_key(st.st_dev, st.st_ino) in held,)
-        rows.append(row)
+        append(name)
+        append(key)
+        if key[2] > newest:
+            newest = key[2]
+        if name == "events.jsonl":
+            if S_ISREG(key[0]):
+                events_identity = (key[4], key[5])
+        elif name == ".writer.lock" and S_ISREG(key[0]):
+            append(bool(held) and _lock_key(key[5], key[4]) in held)
     try:
         blob = msgspec.msgpack.encode(rows)
     except UnicodeEncodeError:  # an entry name that is not UTF-8: names as their bytes
         blob = msgspec.msgpack.encode([os.fsencode(r) if isinstance(r, str)
-                                       else (os.fsencode(r[0]), *r[1:]) for r in rows])
+                                       else (os.fsencode(r[0]), *r[1:])
+                                       if isinstance(r, tuple) and isinstance(r[0], str)
+                                       else r for r in rows])
     return Fingerprint(blob, newest, events_identity)
 
 
@@ -215,6 +222,9 @@ class Manifest:
     parts: dict[str, dict[str, Any]]
     sources: list[str]
     max_depth: int
+    discovery: dict[str, Any] | None = None
+    """What the discovery behind ``order`` listed, with each folder's identity: re-used
+    while none of them changed (:func:`_rediscover`)."""
 
     def live_runs(self, key: str) -> list[str]:
         return [r for r in self.parts[key]["runs"] if self.runs.get(r, {}).get("part") == key]
@@ -228,7 +238,7 @@ class Manifest:
 def _encode_manifest(m: Manifest) -> bytes:
     doc = {"format": STORE_FORMAT, "code": _code(), "generation": m.generation,
            "order": m.order, "runs": m.runs, "parts": m.parts, "sources": m.sources,
-           "max_depth": m.max_depth}
+           "max_depth": m.max_depth, "discovery": m.discovery}
     try:
         body = msgspec.msgpack.encode(doc)
     except UnicodeEncodeError:  # a path that is not UTF-8 (msgpack strings are UTF-8)
@@ -259,7 +269,12 @@ def _with_paths(doc: dict[str, Any], f: Callable[[Any], Any]) -> dict[str, Any]:
                      for r, e in doc["runs"].items()},
             "parts": {k: {**p, "runs": [f(r) for r in p["runs"]]}
                       for k, p in doc["parts"].items()},
-            "sources": [f(s) for s in doc["sources"]]}
+            "sources": [f(s) for s in doc["sources"]],
+            "discovery": None if doc.get("discovery") is None else {
+                **doc["discovery"], "tops": [f(t) for t in doc["discovery"]["tops"]],
+                "folders": [[f(x[0]), *x[1:]] for x in doc["discovery"]["folders"]],
+                "runs": [[ident, [f(n) for n in names]]
+                         for ident, names in doc["discovery"]["runs"]]}}
 
 
 def _decode_manifest(blob: bytes) -> Manifest | None:
@@ -276,7 +291,7 @@ def _decode_manifest(blob: bytes) -> Manifest | None:
     if d.get("fsnames"):
         d = _with_paths(d, _path_in)
     return Manifest(d["generation"], d["order"], d["runs"], d["parts"], d["sources"],
-                    d["max_depth"])
+                    d["max_depth"], d.get("discovery"))
 
 
 # --- the store -------------------------------------------------------------------------------
@@ -404,7 +419,7 @@ class Store:
                 executor: ChunkExecutor | None = None,
                 listings: dict[str, list[str]] | None = None,
                 current: tuple[Manifest | None, tuple[int, ...] | None] | None = None,
-                ) -> Manifest:
+                discovery: dict[str, Any] | None = None) -> Manifest:
         """Bring the store up to date with ``locations`` (the discovered fleet).
 
         Reads only what changed (see the module docstring); takes the lock only to write.
@@ -418,6 +433,8 @@ class Store:
         discovery (``_manifest_and_identity``): planned against when the file is still that
         one after the stat pass (not decoded again), and returned as that very object when
         nothing changed (the caller may already have read its parts, see :func:`open_store`).
+        ``discovery``: what the discovery of ``locations`` listed (:func:`_discovery_memo`),
+        recorded in the manifest written (the next open re-uses it while nothing changed).
         """
         t0 = time.perf_counter()
         locs = list(locations)
@@ -440,6 +457,10 @@ class Store:
             m, ident = current
         todo, removed = self._plan(m, locs, fps, verify)
         if up_to_date(m, todo, removed):
+            assert m is not None
+            if discovery is not None and discovery is not m.discovery and _more_trusted(
+                    discovery, m.discovery):
+                self._record_discovery(m, ident, discovery)
             return m
         with self._locked():
             self._cut("lock_taken")
@@ -463,7 +484,7 @@ class Store:
                 incremental += sum(1 for e in entries.values() if e.get("incremental"))
                 written += 1
                 self._cut("part_written")
-            new = Manifest(gen, order, runs, parts, list(sources), max_depth)
+            new = Manifest(gen, order, runs, parts, list(sources), max_depth, discovery)
             self._drop_dead_parts(new)
             compacted = self._maybe_compact(new, force=compact)
             if compacted:
@@ -474,6 +495,25 @@ class Store:
         self.last_stats = RefreshStats(len(locs), len(todo), len(removed), written, compacted,
                                        time.perf_counter() - t0, incremental)
         return new
+
+    def _record_discovery(self, m: Manifest, ident: tuple[int, ...] | None,
+                          discovery: dict[str, Any]) -> None:
+        """Record a discovery that can be re-used more than the one ``m`` holds (folders
+        that have settled since), in a copy of ``m`` (same generation and parts): best
+        effort, never waiting for the lock, never an error (a read-only store is served
+        as it is). Readers of ``m`` lose nothing: the tables are the same."""
+        try:
+            fd = os.open(self.path(LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if ident is not None and self._manifest_identity() == ident:
+                self._write_manifest(dataclasses.replace(m, discovery=discovery))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def _newest_generation(self) -> int:
         """The newest generation any part file on disk has (used without a valid manifest:
@@ -932,20 +972,28 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
                 and not store.damaged_parts(m)):
             return Opened(store, m), None
     store = Store(d, hook=hook)
-    current = None
+    current = store._manifest_and_identity()
+    m0 = current[0]
+    if m0 is not None and (m0.sources != list(tops) or m0.max_depth != max_depth):
+        m0 = None  # another fleet's store (store_dir= given): nothing of it is re-used
     job = None
-    if prefetch is not None and not verify:  # (verify: every part is hashed first)
-        current = store._manifest_and_identity()
-        m0 = current[0]
-        if m0 is not None and m0.sources == list(tops) and m0.max_depth == max_depth:
-            job = _Prefetch(prefetch, store, m0)
-            job.start()
+    if prefetch is not None and not verify and m0 is not None:  # (verify: hashes first)
+        job = _Prefetch(prefetch, store, m0)
+        job.start()
     try:
-        listings: dict[str, list[str]] = {}
-        found = discover(source, max_depth=max_depth, listings=listings)
-        m = store.refresh(found.runs, sources=tops, max_depth=max_depth, verify=verify,
+        t0 = time.time_ns()
+        again = _rediscover(tops, max_depth, m0, t0) if m0 is not None else None
+        if again is not None:  # no folder discovery listed has changed: its result holds
+            locs, listings, memo = again
+        else:
+            listings = {}
+            folders: list[str] = []
+            locs = discover(source, max_depth=max_depth, listings=listings,
+                            folders=folders).runs
+            memo = _discovery_memo(tops, max_depth, locs, listings, folders, t0)
+        m = store.refresh(locs, sources=tops, max_depth=max_depth, verify=verify,
                           compact=compact, jobs=jobs, executor=executor, listings=listings,
-                          current=current)
+                          current=current, discovery=memo)
     except OSError as exc:
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
                          errno.ENOTDIR, errno.EEXIST):
@@ -958,6 +1006,126 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
         if job is not None:
             job.join()  # never left running: it reads files this process may replace
     return Opened(store, m), job
+
+
+# --- re-using a discovery ----------------------------------------------------------------------
+#
+# Discovery's result is a function of the listings (names and entry kinds) of the folders it
+# lists, and a folder's listing changes only with the folder itself: adding, removing,
+# renaming or replacing an entry sets the folder's ctime (and mtime) to the current time, and
+# no process can set a ctime back. So when every folder discovery listed still has the
+# identity (mode, inode, device, mtime, ctime) it had, discovery would list the same names and
+# find the same runs: the store then lstats each folder (one call) instead of listing it
+# (open, getdents, close, and a Python list). An identity is recorded only when the folder's
+# ctime is older than RACY_SECONDS before the discovery started (coarse file-system clocks:
+# a later change within the same tick would keep the ctime); a run folder that changed is
+# listed again (discovery's run rules re-applied), any other folder that changed means a full
+# discovery.
+
+_DIR_KEY = attrgetter("st_mode", "st_ino", "st_dev", "st_mtime_ns", "st_ctime_ns")
+
+
+def _more_trusted(new: dict[str, Any], old: dict[str, Any] | None) -> bool:
+    """Whether ``new`` spares more listings than ``old`` (or as many, others): worth a
+    manifest write when nothing else changed."""
+    if old is None:
+        return True
+    if new.get("folders") != old.get("folders"):
+        return True
+    a = sum(1 for ident, _ in new["runs"] if ident is not None)
+    b = sum(1 for ident, _ in old["runs"] if ident is not None)
+    return a > b or (a == b and new["runs"] != old["runs"])
+
+
+def _discovery_memo(tops: Sequence[str], max_depth: int, locs: Sequence[RunLocation],
+                    listings: dict[str, list[str]], folders: list[str],
+                    t0: int) -> dict[str, Any] | None:
+    """What a discovery started at ``t0`` (``time.time_ns()``) listed, with the identities
+    that let the next open re-use it (``None``: nothing to re-use, e.g. a folder that
+    changed within :data:`RACY_SECONDS`, or a URI source)."""
+    if any("://" in t for t in tops):
+        return None
+    cutoff = t0 - int(RACY_SECONDS * 1e9)
+    lstat = os.lstat
+
+    def ident(path: str) -> list[int] | None:
+        try:
+            st = lstat(path)
+        except OSError:
+            return None
+        return list(_DIR_KEY(st)) if st.st_ctime_ns < cutoff else None
+
+    kept = []
+    for f in folders:
+        i = ident(f)
+        if i is None:
+            return None
+        kept.append([f, *i])
+    runs = []
+    for loc in locs:
+        names = listings.get(loc.run_dir)
+        if names is None:
+            return None
+        runs.append([ident(loc.run_dir), names])
+    return {"tops": [os.path.realpath(t) for t in tops], "max_depth": max_depth,
+            "folders": kept, "runs": runs}
+
+
+def _rediscover(tops: Sequence[str], max_depth: int, m: Manifest, t0: int,
+                ) -> tuple[list[RunLocation], dict[str, list[str]], dict[str, Any]] | None:
+    """``discover``'s result for ``tops`` from the discovery recorded in ``m`` when no folder
+    it listed has changed (a run folder that changed is listed again), with the memo to
+    record; ``None``: discover again."""
+    from ..read.discovery import RUN_MARKERS, check_sources
+
+    memo = m.discovery
+    if (memo is None or memo["max_depth"] != max_depth or len(memo["runs"]) != len(m.order)
+            or any("://" in t for t in tops)):
+        return None
+    check_sources(list(tops))  # a missing source is the usage error discovery raises
+    if memo["tops"] != [os.path.realpath(t) for t in tops]:
+        return None
+    lstat = os.lstat
+    for f in memo["folders"]:
+        try:
+            if list(_DIR_KEY(lstat(f[0]))) != f[1:]:
+                return None
+        except OSError:
+            return None
+    cutoff = t0 - int(RACY_SECONDS * 1e9)
+    markers = frozenset(RUN_MARKERS)
+    entries = m.runs
+    locs: list[RunLocation] = []
+    listings: dict[str, list[str]] = {}
+    runs: list[list[Any]] = []
+    changed = False
+    for r, item in zip(m.order, memo["runs"], strict=True):
+        e = entries.get(r)
+        if e is None:
+            return None
+        try:
+            st = lstat(r)
+        except OSError:
+            return None
+        key = _DIR_KEY(st)
+        ident, names = item
+        if ident is None or tuple(ident) != key:  # changed (or recorded while racy)
+            if not stat.S_ISDIR(st.st_mode):
+                return None
+            try:
+                new = sorted(os.listdir(r))
+            except OSError:
+                return None
+            if ((not e["sub"] and markers.isdisjoint(new))
+                    or ("subagents" in new) != ("subagents" in names)):
+                return None  # no longer a run, or its subagents appeared/went
+            item = [list(key) if st.st_ctime_ns < cutoff else None, new]
+            changed = True
+        locs.append(RunLocation(r, e["sub"], e["parent"], e.get("root")))
+        listings[r] = item[1]
+        runs.append(item)
+    # the same memo object when nothing was listed again (nothing new to record)
+    return locs, listings, ({**memo, "runs": runs} if changed else memo)
 
 
 def remove_store(directory: str) -> None:
