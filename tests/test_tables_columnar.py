@@ -355,7 +355,8 @@ def test_buffers_through_shared_memory_or_the_pipe(corpus: str, tmp_path: Path,
 
     monkeypatch.setattr(ev, "_mapped", spy)
     assert_frame_equal(ev.load_events(corpus, strict=False, max_depth=8, jobs=2), want)
-    assert mapped and not _leftovers()
+    # (a machine without a writable /dev/shm takes the pipe here too)
+    assert (mapped or ev._shared_prefix() is None) and not _leftovers()
     mapped.clear()
     monkeypatch.setattr(ev, "_SHARED_DIR", str(tmp_path / "missing"))
     assert_frame_equal(ev.load_events(corpus, strict=False, max_depth=8, jobs=2), want)
