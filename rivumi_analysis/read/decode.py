@@ -249,7 +249,7 @@ def _without_lone_surrogates(value: Any) -> Any:
         return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in value)
     if isinstance(value, dict):
         return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [_without_lone_surrogates(v) for v in value]
     return value
 

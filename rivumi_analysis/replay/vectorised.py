@@ -54,6 +54,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..read.decode import _without_lone_surrogates
 from ..read.snapshot import RunData
 from .proof import replay_accepts_fast
 from .reducer import (
@@ -839,8 +840,18 @@ def _prepare_all(runs: list[RunData], charge: bool | None, columns: Mapping[int,
                        **{name: setters[name].dense(len(ev.types), at)
                           for name, (_, at) in _SETTERS.items()}})
     per_run = pa.table({"_r": pa.array(range(len(runs)), pa.int64()),
-                        **{name: pa.array(per[name], at) for name, (_, at) in _PER_RUN.items()}})
+                        **{name: _per_run_array(per[name], at)
+                           for name, (_, at) in _PER_RUN.items()}})
     return events, per_run, reasons, facts
+
+
+def _per_run_array(values: list[Any], typ: Any) -> Any:
+    """One per-run column; a run folder name that is not UTF-8 (lone surrogates, which Arrow
+    refuses) shows U+FFFD, as ``runs_df`` shows it."""
+    try:
+        return pa.array(values, typ)
+    except UnicodeEncodeError:
+        return pa.array(_without_lone_surrogates(values), typ)
 
 
 prepare_columnar = _prepare

@@ -323,8 +323,11 @@ def with_kind(df: Any, kinds: Mapping[str, str]) -> Any:
         return df.with_columns(pl.col("kind").fill_null("unknown"))
     if "run_dir" not in df.columns:
         return df.with_columns(pl.lit("unknown").alias("kind"))
-    kmap = pl.DataFrame({"run_dir": list(kinds), "kind": list(kinds.values())},
-                        schema={"run_dir": pl.String, "kind": pl.String})
+    from ..tables._common import rows_frame
+
+    # keyed as the tables show run_dir (a folder name that is not UTF-8 with U+FFFD)
+    kmap = rows_frame({"run_dir": list(kinds), "kind": list(kinds.values())},
+                      {"run_dir": pl.String, "kind": pl.String}).unique("run_dir", keep="first")
     return df.join(kmap, on="run_dir", how="left", maintain_order="left").with_columns(
         pl.col("kind").fill_null("unknown"))
 

@@ -11,7 +11,7 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -34,16 +34,23 @@ def polars_schema(model: type[pa.DataFrameModel]) -> dict[str, pl.DataType]:
 def frame(rows: list[dict[str, Any]] | dict[str, list[Any]],
           model: type[pa.DataFrameModel]) -> pl.DataFrame:
     """Build a DataFrame with exactly the model's columns and validate it eagerly."""
-    # polars takes both shapes (dict rows or a dict of columns) with the same call
+    return validate(rows_frame(rows, polars_schema(model), strict=False), model)
+
+
+def rows_frame(rows: list[dict[str, Any]] | dict[str, list[Any]],
+               schema: Mapping[str, pl.DataType], *, strict: bool = True) -> pl.DataFrame:
+    """``pl.DataFrame(rows, schema=schema)`` (dict rows or a dict of columns), with every
+    lone surrogate shown as U+FFFD: a lone surrogate escape in a JSON document (``json.loads``
+    keeps it, as the runner does) or a run folder name that is not UTF-8 cannot enter Arrow.
+    Verdicts read the documents and paths themselves.
+
+    >>> rows_frame([{"run_dir": "run-" + chr(0xDCFF)}], {"run_dir": pl.String}).item()
+    'run-�'
+    """
     try:
-        df = pl.DataFrame(rows, schema=polars_schema(model), strict=False)
+        return pl.DataFrame(rows, schema=schema, strict=strict)
     except UnicodeEncodeError:
-        # A lone surrogate escape in a JSON document (json.loads keeps it, as the runner
-        # does) cannot enter Arrow: tables show U+FFFD, as event rows do; verdicts read the
-        # documents themselves.
-        df = pl.DataFrame(_without_lone_surrogates(rows), schema=polars_schema(model),
-                          strict=False)
-    return validate(df, model)
+        return pl.DataFrame(_without_lone_surrogates(rows), schema=schema, strict=strict)
 
 
 def validate(df: pl.DataFrame, model: type[pa.DataFrameModel]) -> pl.DataFrame:

@@ -31,6 +31,7 @@ import polars as pl
 
 from ..errors import SchemaValidationError
 from ..replay.reducer import REPEAT_TRIP, fingerprint
+from ._common import rows_frame
 from .states import (
     ENGINES,
     ReplayChunk,
@@ -381,7 +382,7 @@ def drift_frame(replays: Iterable[RunReplay], *, validate: bool = True) -> pl.Da
 
 def drift_of_rows(rows: Iterable[dict[str, Any]], *, validate: bool = True) -> pl.DataFrame:
     """The drift table of some rows (:func:`rows_of`), validated unless ``validate=False``."""
-    df = pl.DataFrame(list(rows), schema=_SCHEMA)
+    df = rows_frame(list(rows), _SCHEMA)
     if not validate:
         return df
     from ..schemas import DriftSchema

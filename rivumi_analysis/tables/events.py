@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from ..read.decode import _without_lone_surrogates
 from ..read.discovery import DEFAULT_MAX_DEPTH, Source
 from ..read.snapshot import RunData, gc_paused
 
@@ -340,7 +341,10 @@ def _segment_frame(seg: _Segment, run_dirs: list[str]) -> tuple[pl.DataFrame,
                                                             if p[1] is not None])
         run_dirs.extend(r[0] for r in seg.fast.runs)
     if seg.exact is not None:
-        exact = pl.from_arrow(pa.table(seg.exact, schema=arrow))
+        try:
+            exact = pl.from_arrow(pa.table(seg.exact, schema=arrow))
+        except UnicodeEncodeError:  # a run folder name that is not UTF-8: U+FFFD, as runs_df
+            exact = pl.from_arrow(pa.table(_without_lone_surrogates(seg.exact), schema=arrow))
         run_dirs.extend(seg.exact_runs)
     if fast is None or exact is None:
         frame = fast if fast is not None else exact
@@ -557,8 +561,12 @@ def _fast_table(seg: _Fast, arrow: Any) -> pl.DataFrame | None:
     # the per-run strings by gather: polars' string views share each run's one copy (16
     # bytes a row instead of the string; -90 MB at 969k rows against Arrow's take)
     idx = pl.from_arrow(per_row(array("q", range(len(counts)))))
-    meta = pl.DataFrame(per_run, schema=dict.fromkeys(per_run, pl.String)).select(
-        pl.all().gather(idx))
+    schema = dict.fromkeys(per_run, pl.String)
+    try:
+        meta = pl.DataFrame(per_run, schema=schema)
+    except UnicodeEncodeError:  # a run folder name that is not UTF-8: U+FFFD, as runs_df
+        meta = pl.DataFrame(_without_lone_surrogates(per_run), schema=schema)
+    meta = meta.select(pl.all().gather(idx))
     return pl.DataFrame([meta[name] if name in per_run else frame[name]
                          for name in arrow.names])
 

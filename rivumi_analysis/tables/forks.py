@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 
 from ..errors import SchemaValidationError
+from ._common import rows_frame
 from .states import ENGINES, RunReplay, check_strict, load_runs, replay_chunks, replay_run
 
 __all__ = ["forks_df"]
@@ -198,8 +199,7 @@ def forks_of_states(parts: Sequence[tuple[pl.DataFrame, Mapping[int, Any], Seque
             links.append({"_r": r + offset, **row, "_o": 0})
         if links:
             any_links = True
-            pieces.append(pl.DataFrame(links, schema={"_r": pl.Int64, **_SCHEMA,
-                                                      "_o": pl.Int8}))
+            pieces.append(rows_frame(links, {"_r": pl.Int64, **_SCHEMA, "_o": pl.Int8}))
         offset += len(run_dirs)
     cols = list(_SCHEMA)
     if not pieces:
@@ -258,7 +258,7 @@ def forks_frame(replays: list[RunReplay], *, validate: bool = True) -> pl.DataFr
         if link is not None:
             rows.append(link)
         rows.extend(_candidates(rr))
-    df = pl.DataFrame(rows, schema=_SCHEMA)
+    df = rows_frame(rows, _SCHEMA)
     return _validate(df) if validate else df
 
 
