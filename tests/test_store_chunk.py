@@ -131,3 +131,25 @@ def test_generated_logs(tmp_path: Path, picks: list[tuple[int, str]]) -> None:
         line = LINES[i].replace(f'"sequence":{i},'.encode(), f'"sequence":{seq},'.encode(), 1)
         out.append(_mutate(name, line))
     _check(_write(tmp_path, b"".join(out)))
+
+
+def test_live_run_with_a_value_too_deep_to_pickle_keeps_no_prefix(tmp_path: Path) -> None:
+    """A just-written run whose log holds a value nested as deep as the reader accepts: the
+    store keeps no prefix for it (pickling it would overflow the stack) instead of failing
+    the refresh, and its tables equal the exact builder's."""
+    import json
+
+    from rivumi_analysis.read.runner_json import PYTHON_JSON_MAX_DEPTH
+    from rivumi_analysis.store.core import ChunkTask, run_chunk
+
+    depth = PYTHON_JSON_MAX_DEPTH - 2
+    deep = "[" * depth + "]" * depth
+    first = json.loads(LINES[0])
+    line = json.dumps({**first, "data": {"v": "x"}}, sort_keys=True, separators=(",", ":"))
+    line = line.replace('{"v":"x"}', '{"v":' + deep + "}")
+    source = _write(tmp_path, line.encode() + b"\n")
+    loc = discover(source).runs[0]
+    res = run_chunk(ChunkTask(str(tmp_path / "store"), "g1-0", (loc,), {loc.run_dir: None}))
+    entry = res.part and res.entries[loc.run_dir]
+    assert entry["volatile"] and not entry["prefix"]
+    _check(source)

@@ -227,7 +227,8 @@ def chunk_frames(runs: Sequence[RunData], *,
         tables["events"] = events_frame(runs)
         done("events")
         views = [_decoded_view(r) for r in runs]
-        tables.update(replay_tables(views))
+        # the clean runs' columns from the events frame (not derived again)
+        tables.update(replay_tables(views, events=tables["events"]))
         done("states+drift+forks")
         derived = event_views(views, wants)
         done("event_views")

@@ -804,7 +804,10 @@ def run_chunk(task: ChunkTask, progress: RunsDone | None = None) -> ChunkResult:
                 dec = clean_objects(run)
             p = make_prefix(run.events_bytes, dec[0], dec[1], (0, 0))
             if p is not None:
-                prefixes[loc.run_dir] = pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL)
+                try:
+                    prefixes[loc.run_dir] = pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL)
+                except RecursionError:
+                    pass  # a value nested too deep to pickle: the log is read whole next time
         entries[loc.run_dir] = {"sub": loc.is_subagent, "parent": loc.parent_run_dir,
                                 "root": loc.source_root, "fp": fp, "part": task.key,
                                 "volatile": volatile, "kind": run.kind or "unknown",
