@@ -16,9 +16,9 @@ runs, whose clock did not pause during approvals; True/False forces the rule for
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -48,6 +48,7 @@ from ..replay.vectorised import STATE_COLUMNS
 from ._common import check_strict, quarantine_frame  # noqa: F401  (re-exported)
 
 STATES_BATCH_RUNS = 256
+T = TypeVar("T")
 
 __all__ = ["ReplayChunk", "RunReplay", "load_runs", "replay_chunk", "replay_run", "states_df",
            "STATE_COLUMNS"]
@@ -184,8 +185,15 @@ def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
 def _states_batches(runs: Iterable[RunData], charge_approval_waits: bool | None,
                     engine: str) -> tuple[list[pl.DataFrame], list[RunData]]:
     """State rows (unvalidated, a frame per batch) and the runs with quarantined lines."""
+    return _in_batches(runs, lambda batch: _states_of(batch, charge_approval_waits, engine))
+
+
+def _in_batches(runs: Iterable[RunData], reduce: Callable[[list[RunData]], T],
+                ) -> tuple[list[T], list[RunData]]:
+    """``reduce`` of the non-external runs, :data:`STATES_BATCH_RUNS` at a time (once at
+    least, so an empty fleet still gives a piece), and the runs with quarantined lines."""
     quarantined: list[RunData] = []
-    pieces: list[pl.DataFrame] = []
+    pieces: list[T] = []
     batch: list[RunData] = []
     # Runs are read and reduced a batch at a time, so memory follows the table, not the
     # parsed fleet; batches keep file order, and the result equals one pass over all runs.
@@ -196,10 +204,10 @@ def _states_batches(runs: Iterable[RunData], charge_approval_waits: bool | None,
             if run.kind != "external":
                 batch.append(run)
             if len(batch) >= STATES_BATCH_RUNS:
-                pieces.append(_states_of(batch, charge_approval_waits, engine))
+                pieces.append(reduce(batch))
                 batch = []
         if batch or not pieces:
-            pieces.append(_states_of(batch, charge_approval_waits, engine))
+            pieces.append(reduce(batch))
     return pieces, quarantined
 
 
@@ -566,19 +574,6 @@ def replay_chunks(source: Any = None, *, max_depth: int = 8,
                 pass  # a sandbox, or privileges dropped after import: read in this process
     runs = (stream_runs(source, max_depth=max_depth) if locations is None
             else _read(locations))
-    chunks, quarantined = [], []
-    batch: list[RunData] = []
-    kw = {"charge_approval_waits": charge_approval_waits, "engine": engine,
-          "manifest_of": manifest_of, "keep_states": keep_states}
-    with gc_paused():
-        for run in runs:
-            if run.quarantined:
-                quarantined.append(run)
-            if run.kind != "external":
-                batch.append(run)
-            if len(batch) >= STATES_BATCH_RUNS:
-                chunks.append(replay_chunk(batch, **kw))
-                batch = []
-        if batch or not chunks:
-            chunks.append(replay_chunk(batch, **kw))
-    return chunks, quarantined
+    return _in_batches(runs, functools.partial(
+        replay_chunk, charge_approval_waits=charge_approval_waits, engine=engine,
+        manifest_of=manifest_of, keep_states=keep_states))
