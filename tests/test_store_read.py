@@ -22,18 +22,10 @@ import rivumi_analysis as ra
 import rivumi_analysis.store.core as core
 from rivumi_analysis.errors import QuarantineError
 from rivumi_analysis.store.core import Store, open_store
+from tests.test_store import OLD, _age
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_runs"
-OLD = time.time() - 3600
-
-
-def _age(top: Path) -> None:
-    for dirpath, dirs, files in os.walk(top):
-        for n in dirs + files:
-            os.utime(os.path.join(dirpath, n), (OLD, OLD), follow_symlinks=False)
-
-
 @pytest.fixture
 def fleet(tmp_path: Path) -> Path:
     src = tmp_path / "fleet"
