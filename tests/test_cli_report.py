@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -74,17 +76,36 @@ def test_export_out_that_is_a_file_is_a_usage_error(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("command", ["report", "export"])
-def test_unwritable_out_is_a_usage_error_without_traceback(tmp_path, command):
-    """Run as an unprivileged user (root can write anywhere), in a read-only folder."""
+def test_unwritable_out_is_a_usage_error_without_traceback(command):
+    """Run as an unprivileged user (root can write anywhere), in a read-only folder.
+
+    The run is copied to a folder of its own that the unprivileged user can read: the
+    checkout (and pytest's ``tmp_path``) may sit below a folder only its owner may enter, as
+    ``mktemp -d`` makes them, and the CLI would then rightly say the source does not exist.
+    """
+    shared = Path(tempfile.mkdtemp(prefix="rivumi-report-"))
+    try:
+        _unwritable_out_case(shared, command)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def _unwritable_out_case(tmp_path: Path, command: str) -> None:
+    tmp_path.chmod(0o755)
+    source = tmp_path / "runs" / EXAMPLE_DIR.name
+    shutil.copytree(EXAMPLE_DIR, source)
+    for d in (source.parent, source):
+        d.chmod(0o755)
+    for f in source.iterdir():
+        f.chmod(0o644)
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o555)
-    tmp_path.chmod(0o755)
     out = locked / ("r.html" if command == "report" else "ds")
     code = ("import os,sys; from rivumi_analysis.cli import main; import rivumi_analysis.viz.report;"
             "import rivumi_analysis.export;"
             "os.geteuid()==0 and (os.setgid(65534), os.setuid(65534));"
-            f"sys.exit(main([{command!r}, {str(EXAMPLE_DIR)!r}, '--out', {str(out)!r}]))")
+            f"sys.exit(main([{command!r}, {str(source)!r}, '--out', {str(out)!r}]))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
                        cwd=str(ROOT))
     assert p.returncode == 2, p.stderr
