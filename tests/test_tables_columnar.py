@@ -122,10 +122,11 @@ def test_strict_raises_for_a_quarantined_line_in_a_pool(corpus: str, tmp_path: P
 
 def test_events_arrow_schema_is_the_pandera_schema() -> None:
     from rivumi_analysis.schemas import EventsSchema
-    from rivumi_analysis.tables.events import _events_schema
+    from rivumi_analysis.tables.events import _events_schema, _polars_schema
 
     empty = pl.from_arrow(_events_schema().empty_table())
-    assert dict(empty.schema) == _common.polars_schema(EventsSchema)
+    assert dict(empty.schema) == _common.polars_schema(EventsSchema) == dict(_polars_schema())
+    assert list(empty.schema) == list(_polars_schema())
 
 
 # documents the events tables skim for kind and run id (read.docskim), damaged in ways that
@@ -306,7 +307,7 @@ def test_a_timestamp_arrow_refuses_reads_the_segment_exactly(
 
     calls = []
 
-    def refuse(seg: Any, arrow: Any) -> None:
+    def refuse(seg: Any) -> None:
         calls.append(seg)
 
     monkeypatch.setattr(ev, "_fast_table", refuse)
@@ -384,6 +385,156 @@ def test_a_buffer_that_cannot_be_shared_stays_in_the_message(tmp_path: Path) -> 
     assert kept is fast
     shared = ev._share(fast, str(tmp_path / "x"))
     assert shared.shared is not None and isinstance(shared.data[0], ev._Span)
-    frame = ev._fast_table(shared, ev._events_schema())
-    assert_frame_equal(frame, ev._fast_table(fast, ev._events_schema()))
+    frame = ev._fast_table(shared)
+    assert_frame_equal(frame, ev._fast_table(fast))
     assert not list(tmp_path.iterdir())  # mapped, and its name removed
+
+
+def test_surely_valid_states_the_pandera_model() -> None:
+    """``events._surely_valid`` (the check that spares a load pandera's import) encodes
+    exactly ``EventsSchema``'s constraints: the same non-nullable columns, ``isin``, ``ge``
+    and ``str_length`` checks, the one frame-wide check (the unique key), strict columns."""
+    from rivumi_analysis.schemas import EventsSchema
+    from rivumi_analysis.tables import events as ev
+
+    schema = EventsSchema.to_schema()
+    assert schema.strict is True and [c.name for c in schema.checks] == ["key_unique"]
+    assert dict(ev._polars_schema()) == _common.polars_schema(EventsSchema)
+    assert {n for n, c in schema.columns.items() if not c.nullable} == set(ev._NOT_NULL)
+    assert not any(c.unique for c in schema.columns.values()) and not schema.unique
+    checks = {(n, k.name, repr(sorted(k.statistics.items())))
+              for n, c in schema.columns.items() for k in c.checks}
+    want = {("kind", "isin", repr([("allowed_values", list(ev._KINDS))])),
+            ("event_type", "str_length", repr(sorted(
+                {"min_value": 1, "max_value": None, "exact_value": None}.items())))}
+    want |= {(n, "greater_than_or_equal_to", repr([("min_value", low)]))
+             for n, low in ev._AT_LEAST}
+    assert checks == want
+
+
+_BREAKS = ("null", "low", "kind", "empty_type", "dup_key", "extra_col", "drop_col", "dtype",
+           "null_ok", "fine")
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_BREAKS), st.integers(0, 49),
+                          st.sampled_from(sorted(
+                              ["run_dir", "run_id", "kind", "line_no", "byte_offset",
+                               "byte_length", "sequence", "event_type", "event_run_id",
+                               "task_id", "event_id", "created_at", "text", "data",
+                               "warnings"]))), max_size=3))
+def test_surely_valid_accepts_only_what_pandera_accepts(
+        edits: list[tuple[str, int, str]]) -> None:
+    """Whatever ``_surely_valid`` accepts, pandera accepts (and on these edits of a valid
+    table, each breaking one constraint or none, they agree exactly)."""
+    _agree_after(edits)
+
+
+def test_surely_valid_agrees_with_pandera_on_every_single_edit() -> None:
+    """Each edit alone, on every column (the hypothesis test above combines them)."""
+    for what in _BREAKS:
+        for col in _polars_schema_names():
+            _agree_after([(what, 3, col)])
+
+
+def _polars_schema_names() -> list[str]:
+    from rivumi_analysis.tables.events import _polars_schema
+
+    return list(_polars_schema())
+
+
+def _agree_after(edits: list[tuple[str, int, str]]) -> None:
+    from rivumi_analysis.errors import SchemaValidationError
+    from rivumi_analysis.schemas import EventsSchema
+    from rivumi_analysis.tables import events as ev
+    from tests.conftest import EXAMPLE_DIR
+
+    df = _example_events(str(EXAMPLE_DIR))
+    lows = {n: k.statistics["min_value"] for n, c in EventsSchema.to_schema().columns.items()
+            for k in c.checks if k.name == "greater_than_or_equal_to"}  # (from the oracle)
+    for what, row, col in edits:
+        at = pl.int_range(pl.len()) == row
+        if col not in df.columns or ("kind" not in df.columns and what == "kind") or (
+                "event_type" not in df.columns and what == "empty_type"):
+            continue  # (a column dropped by an earlier edit)
+        if what == "null":
+            df = df.with_columns(pl.when(at).then(None).otherwise(pl.col(col)).alias(col))
+        elif what == "low" and col in lows:
+            df = df.with_columns(pl.when(at).then(lows[col] - 1)
+                                 .otherwise(pl.col(col)).alias(col))
+        elif what == "kind":
+            df = df.with_columns(pl.when(at).then(pl.lit("Native")).otherwise(pl.col("kind"))
+                                 .alias("kind"))
+        elif what == "empty_type":
+            df = df.with_columns(pl.when(at).then(pl.lit("")).otherwise(pl.col("event_type"))
+                                 .alias("event_type"))
+        elif what == "dup_key":
+            df = pl.concat([df, df.slice(row, 1)])
+        elif what == "extra_col":
+            df = df.with_columns(pl.lit(1).alias("extra"))
+        elif what == "drop_col":
+            df = df.drop(col)
+        elif what == "dtype" and col in ("line_no", "sequence"):
+            df = df.with_columns(pl.col(col).cast(pl.Int32))
+        elif what == "null_ok" and col in ("run_id", "task_id", "data", "text", "event_id"):
+            df = df.with_columns(pl.when(at).then(None).otherwise(pl.col(col)).alias(col))
+    try:
+        _common.validate(df, EventsSchema)
+        accepted = True
+    except SchemaValidationError:
+        accepted = False
+    assert ev._surely_valid(df) == accepted, edits
+
+
+def _example_events(source: str) -> pl.DataFrame:
+    from rivumi_analysis.tables.events import load_events
+
+    if source not in _EXAMPLE:
+        _EXAMPLE[source] = load_events(source, strict=False, max_depth=8, jobs=1)
+    return _EXAMPLE[source]
+
+
+_EXAMPLE: dict[str, pl.DataFrame] = {}
+
+
+def test_an_events_load_imports_no_pandera(corpus: str, tmp_path: Path) -> None:
+    """A load whose exactly-read rows ``_surely_valid`` vouches for never imports pandera
+    (nor pandas): a fresh process, a corpus with a torn tail (read exactly)."""
+    import shutil
+    import subprocess
+    import sys
+
+    copy = tmp_path / "runs"
+    shutil.copytree(corpus, copy)
+    log = sorted(copy.glob("*/events.jsonl"))[0]
+    log.write_bytes(log.read_bytes() + b'{"torn')
+    code = ("import sys; from rivumi_analysis.tables.events import events_df; "
+            f"df = events_df({str(copy)!r}); "
+            "print(df.height, 'pandera' in sys.modules, 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert int(out[0]) > 0 and out[1:] == ["False", "False"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.datetimes(min_value=__import__("datetime").datetime(1, 1, 1),
+                    max_value=__import__("datetime").datetime(9999, 12, 31, 23, 59, 59,
+                                                              999999)),
+       st.booleans())
+def test_timestamps_parse_as_the_exact_path_reads_them(when: Any, whole_second: bool) -> None:
+    """The clean logs' timestamps (the runner's shape: six fraction digits, or none when
+    zero) parsed by polars in ``_fast_table`` equal the exact path's ``parse_created_at``."""
+    from rivumi_analysis.read.cleanlog import _TIMESTAMPS
+    from rivumi_analysis.read.decode import parse_created_at
+    from rivumi_analysis.tables.events import _TS_FORMAT
+
+    if whole_second:
+        when = when.replace(microsecond=0)
+    text = when.strftime("%Y-%m-%dT%H:%M:%S") + (f".{when.microsecond:06d}" if when.microsecond
+                                                 else "") + "Z"
+    text = f"{when.year:04d}" + text[text.index("-"):]  # (strftime pads years < 1000 unevenly)
+    if when.year == 0 or _TIMESTAMPS.fullmatch(text + "\n") is None:
+        return  # not on the fast path
+    got = pl.Series([text]).str.to_datetime(_TS_FORMAT, time_unit="us", time_zone="UTC",
+                                            strict=True).item()
+    assert got == parse_created_at(text)[0]

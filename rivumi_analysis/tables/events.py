@@ -6,6 +6,7 @@ import functools
 import itertools
 import operator
 import os
+import struct
 from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
@@ -16,8 +17,8 @@ from ..read.decode import _without_lone_surrogates
 from ..read.discovery import DEFAULT_MAX_DEPTH, Source
 from ..read.snapshot import RunData, gc_paused
 
-# (pandera, through ._common and ..schemas, is imported only where a frame is validated: in a
-# fresh process its import costs ~0.25 CPU-s, which load_events overlaps with the workers)
+# (pandera, through ._common and ..schemas, is imported only when a frame's validation needs
+# it (_validate): in a fresh process it costs ~0.45 CPU-s with pandas and numpy)
 
 EVENT_CHUNK_ROWS = 50_000
 
@@ -52,7 +53,7 @@ def load_events(source: Source | None, *, strict: bool, max_depth: int,
     (``read.cleanlog``, the audit's proof) becomes plain column buffers (bytes and offsets,
     no object per event), any other log the exact path's rows. The parent wraps the buffers
     as Arrow arrays without copying (importing pyarrow while the workers run) and
-    concatenates; pandera validates the exact path's rows (:func:`_checked`). Identical for
+    concatenates; the exact path's rows are validated (:func:`_checked`). Identical for
     any number of workers.
     """
     from ..read.cache import PARALLEL_MIN_RUNS, _pool_context, default_jobs
@@ -98,9 +99,10 @@ def load_events(source: Source | None, *, strict: bool, max_depth: int,
             if exact_part is not None:
                 exact.append(exact_part)
     table = _checked(frames, exact, run_dirs)
-    from ._common import check_strict
+    if quarantined:  # (only kept by a strict load; ._common imports pandera)
+        from ._common import check_strict
 
-    check_strict(quarantined, strict)
+        check_strict(quarantined, strict)
     return table
 
 
@@ -112,21 +114,15 @@ def _events_in_pool(work: Any, chunks: list[list[Any]], n_jobs: int, context: An
     with ProcessPoolExecutor(max_workers=n_jobs, mp_context=context) as ex:
         results = ex.map(work, chunks)  # every chunk submitted now: the workers start
         # meanwhile, what the parent needs afterwards (pyarrow: ~0.1 CPU-s in a fresh
-        # process), instead of before forking; pandera only once exact rows arrive
+        # process), instead of before forking
         import pyarrow  # noqa: F401
-        import pyarrow.compute  # noqa: F401
 
-        validated = False
         for segments, bad in results:
             for seg in segments:  # converted as they come: one chunk's Arrow at a time
                 frame, exact_part = _segment_frame(seg, run_dirs)
                 frames.append(frame)
                 if exact_part is not None:
-                    if validated:
-                        exact.append(exact_part)
-                    else:  # pandera's import and first validation (~0.3 CPU-s) while the
-                        _validate(exact_part)  # workers run, not after the last chunk
-                        validated = True
+                    exact.append(exact_part)
             quarantined.extend(bad)
 
 
@@ -140,7 +136,8 @@ def _checked(frames: list[pl.DataFrame], exact: list[pl.DataFrame],
     ``byte_length`` come from the file's newlines (every line an envelope, so ``>= 1``);
     ``sequence >= 0`` and a non-empty ``event_type`` are constraints of the strict envelope
     decode (``read.columnar.Envelope``); ``kind`` is ``snapshot._kind``'s; ``warnings`` is
-    empty. So pandera validates the exact path's rows (all of them, in one call) and the
+    empty. So the exact path's rows are validated (all of them, in one call; pandera only if
+    :func:`_surely_valid` cannot vouch for them) and the
     whole table only if the dtypes differ from the model's or a run directory repeats (the
     key ``(run_dir, line_no)`` is then not unique by construction; with distinct runs, rows
     validated in parts are valid together). ``exact`` holds the exact rows not validated yet.
@@ -154,7 +151,39 @@ def _checked(frames: list[pl.DataFrame], exact: list[pl.DataFrame],
     return table
 
 
+_KINDS = ("native", "fork", "subagent", "external")
+_NOT_NULL = ("run_dir", "kind", "line_no", "byte_offset", "byte_length", "sequence",
+             "event_type", "warnings")
+_AT_LEAST = (("line_no", 1), ("byte_offset", 0), ("byte_length", 1), ("sequence", 0))
+
+
+def _surely_valid(df: pl.DataFrame) -> bool:
+    """True only if ``EventsSchema`` accepts ``df``: its constraints as one polars select
+    (pandera, through pandas and numpy, costs ~0.45 CPU-s to import in a fresh process, more
+    than a whole load of 2,000 runs leaves to the parent). False means: ask pandera, which
+    either accepts after all or raises with its own report. The constraints are the model's
+    (``tests/test_tables_columnar.py`` derives them from ``EventsSchema`` and checks that
+    whatever this accepts, pandera accepts): exactly its columns and dtypes (``strict``), no
+    null where not ``nullable``, ``kind`` in the four kinds, the ``ge`` bounds, a non-empty
+    ``event_type`` and the unique key ``(run_dir, line_no)``."""
+    if df.schema != _polars_schema():
+        return False
+    checks = [
+        *(pl.col(c).null_count() == 0 for c in _NOT_NULL),
+        pl.col("kind").is_in(_KINDS).all(),
+        *((pl.col(c) >= low).all() for c, low in _AT_LEAST),
+        (pl.col("event_type").str.len_bytes() >= 1).all(),
+        pl.struct("run_dir", "line_no").is_duplicated().any().not_(),
+    ]
+    row = df.select(e.alias(f"c{i}") for i, e in enumerate(checks)).row(0)
+    return all(v is True for v in row)
+
+
 def _validate(df: pl.DataFrame) -> None:
+    """``df`` validated by ``EventsSchema`` (pandera imported only when the cheap
+    sufficient check :func:`_surely_valid` cannot vouch for it)."""
+    if _surely_valid(df):
+        return
     from ..schemas import EventsSchema
     from ._common import validate
 
@@ -163,8 +192,10 @@ def _validate(df: pl.DataFrame) -> None:
 
 @functools.cache
 def _polars_schema() -> pl.Schema:
-    """``EventsSchema``'s dtypes (:data:`_ARROW_COLUMNS` as polars reads them)."""
-    return pl.from_arrow(_events_schema().empty_table()).schema
+    """``EventsSchema``'s dtypes (:data:`_ARROW_COLUMNS` as polars reads them; tested)."""
+    types = {"str": pl.String(), "int": pl.Int64(), "ts": pl.Datetime("us", "UTC"),
+             "list": pl.List(pl.String())}
+    return pl.Schema([(name, types[t]) for name, t in _ARROW_COLUMNS])
 
 
 def _events_chunk(locations: list[Any], *, keep_quarantined: bool = True,
@@ -325,13 +356,14 @@ class _Segment(NamedTuple):
 def _segment_frame(seg: _Segment, run_dirs: list[str]) -> tuple[pl.DataFrame,
                                                                  pl.DataFrame | None]:
     """One polars frame (not validated) of a :class:`_Segment`, and its exactly-read rows
-    (a part of it, for pandera). Appends the segment's run directories to ``run_dirs``."""
-    import pyarrow as pa
+    (a part of it, for validation). Appends the segment's run directories to ``run_dirs``.
 
-    arrow = _events_schema()
+    (Built with polars; pyarrow only wraps the clean logs' buffers: most of pyarrow's other
+    entry points, ``pyarrow.compute`` and ``pa.array`` among them, import pandas, ~0.2 CPU-s
+    in a fresh process.)"""
     fast = exact = None
     if seg.fast is not None:
-        fast = _fast_table(seg.fast, arrow)
+        fast = _fast_table(seg.fast)
         if fast is None:  # not expected (see _fast_table): the segment's runs the exact way
             from ..read.snapshot import exact_run, iter_runs
 
@@ -342,13 +374,13 @@ def _segment_frame(seg: _Segment, run_dirs: list[str]) -> tuple[pl.DataFrame,
         run_dirs.extend(r[0] for r in seg.fast.runs)
     if seg.exact is not None:
         try:
-            exact = pl.from_arrow(pa.table(seg.exact, schema=arrow))
+            exact = pl.DataFrame(seg.exact, schema=_polars_schema())
         except UnicodeEncodeError:  # a run folder name that is not UTF-8: U+FFFD, as runs_df
-            exact = pl.from_arrow(pa.table(_without_lone_surrogates(seg.exact), schema=arrow))
+            exact = pl.DataFrame(_without_lone_surrogates(seg.exact), schema=_polars_schema())
         run_dirs.extend(seg.exact_runs)
     if fast is None or exact is None:
         frame = fast if fast is not None else exact
-        return (frame if frame is not None else pl.from_arrow(arrow.empty_table())), exact
+        return (frame if frame is not None else pl.DataFrame(schema=_polars_schema())), exact
     # interleave in run order: a slice per stretch of consecutive runs of one kind
     pieces = []
     at = {False: 0, True: 0}
@@ -490,14 +522,18 @@ def _ascii(values: list[str]) -> tuple[bytes, array]:
     return b"".join(encoded), array("q", itertools.accumulate(map(len, encoded), initial=0))
 
 
-def _fast_table(seg: _Fast, arrow: Any) -> pl.DataFrame | None:
+_TS_FORMAT = "%Y-%m-%dT%H:%M:%S%.fZ"
+"""The runner's timestamps (the clean-log proof matched each against its exact shape, with
+real dates and times: six fraction digits or none, second 00-59)."""
+
+
+def _fast_table(seg: _Fast) -> pl.DataFrame | None:
     """A :class:`_Fast` as a polars frame with the events columns (its buffers wrapped by
     Arrow without a copy; the per-run strings gathered, so polars' string views share each
     run's one copy); None if a timestamp does not parse (the clean-log proof matched it
-    against the runner's format with real calendar dates, so Arrow's parse should never
-    refuse one)."""
+    against the runner's format with real calendar dates, so the parse should never refuse
+    one)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     whole = _mapped(seg.shared) if seg.shared is not None else None
 
@@ -506,41 +542,28 @@ def _fast_table(seg: _Fast, arrow: Any) -> pl.DataFrame | None:
             return whole.slice(part.offset, part.size)
         return pa.py_buffer(part)
 
-    def i64(values: Any) -> Any:
+    def i64(values: Any) -> pl.Series:
         data = buf(values)
-        return pa.Array.from_buffers(pa.int64(), data.size // 8, [None, data])
+        return pl.from_arrow(pa.Array.from_buffers(pa.int64(), data.size // 8, [None, data]))
 
-    def text(data: Any, offsets: Any, validity: Any = None) -> Any:
+    def text(data: Any, offsets: Any) -> pl.Series:
         offsets = buf(offsets)
-        return pa.Array.from_buffers(pa.large_string(), offsets.size // 8 - 1,
-                                     [validity, offsets, buf(data)])
-
-    n = sum(seg.counts)
+        return pl.from_arrow(pa.Array.from_buffers(pa.large_string(), offsets.size // 8 - 1,
+                                                   [None, offsets, buf(data)]))
 
     counts = seg.counts
-    ends = i64(array("q", itertools.accumulate(counts)))
+    n = sum(counts)
 
-    def per_row(values: array) -> Any:  # values[i] repeated counts[i] times (counts >= 1)
-        return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, i64(values)))
+    def per_row(values: array) -> pl.Series:  # values[i] repeated counts[i] times
+        return i64(b"".join([_PACK_Q(v) * c for v, c in zip(values, counts, strict=True)]))
 
-    first_row = per_row(array("q", itertools.accumulate(counts, initial=0))[:-1])
-    file_start = per_row(array("q", itertools.accumulate(seg.sizes, initial=0))[:-1])
-    length = i64(seg.byte_length)
-    line_end = pc.cumulative_sum(pc.add(length, 1))
-    etype, eid, ts = (text(*s) for s in seg.strings)
-    try:
-        created_at = pc.cast(ts, pa.timestamp("us", "UTC"))
-    except (pa.ArrowInvalid, ValueError):
-        return None
-    row_no = pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n))
     cols = {
-        "line_no": pc.subtract(row_no, first_row),
-        "byte_offset": pc.subtract(pc.subtract(line_end, pc.add(length, 1)), file_start),
-        "byte_length": length, "sequence": i64(seg.sequence), "event_type": etype,
-        "event_id": eid, "created_at": created_at,
-        "text": pa.nulls(n, pa.large_string()), "data": text(*seg.data),
-        "warnings": pa.LargeListArray.from_arrays(
-            i64(array("q", bytes(8 * (n + 1)))), pa.array([], pa.large_string())),
+        "first_row": per_row(array("q", itertools.accumulate(counts, initial=0))[:-1]),
+        "file_start": per_row(array("q", itertools.accumulate(seg.sizes, initial=0))[:-1]),
+        "byte_length": i64(seg.byte_length), "sequence": i64(seg.sequence),
+        "data": text(*seg.data),
+        **{name: text(*st) for name, st in zip(("event_type", "event_id", "ts"), seg.strings,
+                                                strict=True)},
     }
     per_run = {name: values for name, values in zip(
         _RUN_COLUMNS, zip(*seg.runs, strict=True), strict=True)}
@@ -552,15 +575,28 @@ def _fast_table(seg: _Fast, arrow: Any) -> pl.DataFrame | None:
         per_run["task_id"] = seg.task_ids
     else:
         tid_text, tid_offsets, tid_present = seg.task_ids
-        present = pa.Array.from_buffers(pa.uint8(), n, [None, buf(tid_present)])
-        cols["task_id"] = pc.if_else(pc.cast(present, pa.bool_()),
-                                     text(tid_text, tid_offsets),
-                                     pa.scalar(None, pa.large_string()))
-    fields = [f for f in arrow if f.name in cols]
-    frame = pl.from_arrow(pa.table([cols[f.name] for f in fields], schema=pa.schema(fields)))
+        cols["task_id"] = text(tid_text, tid_offsets)
+        cols["present"] = pl.from_arrow(pa.Array.from_buffers(pa.uint8(), n,
+                                                              [None, buf(tid_present)]))
+    step = pl.col("byte_length") + 1
+    exprs = {
+        "line_no": pl.int_range(1, n + 1, dtype=pl.Int64) - pl.col("first_row"),
+        "byte_offset": step.cum_sum() - step - pl.col("file_start"),
+        "created_at": pl.col("ts").str.to_datetime(_TS_FORMAT, time_unit="us",
+                                                   time_zone="UTC", strict=True),
+        "text": pl.lit(None, pl.String), "warnings": pl.lit([], pl.List(pl.String)),
+    }
+    if "present" in cols:
+        exprs["task_id"] = pl.when(pl.col("present") != 0).then(pl.col("task_id"))
+    try:
+        frame = pl.DataFrame(cols).select(
+            exprs[name].alias(name) if name in exprs else pl.col(name)
+            for name, _t in _ARROW_COLUMNS if name not in per_run)
+    except pl.exceptions.InvalidOperationError:  # a timestamp the parse refuses
+        return None
     # the per-run strings by gather: polars' string views share each run's one copy (16
     # bytes a row instead of the string; -90 MB at 969k rows against Arrow's take)
-    idx = pl.from_arrow(per_row(array("q", range(len(counts)))))
+    idx = per_row(array("q", range(len(counts))))
     schema = dict.fromkeys(per_run, pl.String)
     try:
         meta = pl.DataFrame(per_run, schema=schema)
@@ -568,7 +604,10 @@ def _fast_table(seg: _Fast, arrow: Any) -> pl.DataFrame | None:
         meta = pl.DataFrame(_without_lone_surrogates(per_run), schema=schema)
     meta = meta.select(pl.all().gather(idx))
     return pl.DataFrame([meta[name] if name in per_run else frame[name]
-                         for name in arrow.names])
+                         for name, _t in _ARROW_COLUMNS])
+
+
+_PACK_Q = struct.Struct("=q").pack
 
 
 def _mapped(path: str) -> Any:
