@@ -182,36 +182,28 @@ def chunk_frames(runs: Sequence[RunData], *,
 
     A clean log feeds ``events`` (``events_df``'s columns), ``states``, ``drift`` and
     ``forks`` (``tables.replayed.replay_tables``: one vectorised engine pass on its columns)
-    and the derived tables (one ``tables._common.event_views`` over the union of the event
-    types they read) without an object per event; ``runs`` takes the audit record of the
+    and the six derived tables (each table's column builder over the log's envelopes and
+    parsed ``data``, ``tables._common.derived_frame``) without an object per event or a row
+    dict; ``runs`` takes the audit record of the
     clean reading and the first/last event times of the events table.
     Every other run is read exactly, as the loaders do. ``stages``: CPU seconds are added
     per stage (for ``benchmarks/store_cpu_split.py``).
     """
-    from ..tables._common import event_views, quarantine_frame
-    from ..tables.approvals import WANTS as APPROVALS
-    from ..tables.approvals import approvals_frame
+    from ..tables._common import quarantine_frame
+    from ..tables.approvals import approvals_table
     from ..tables.events import events_frame
     from ..tables.manifests import manifests_frame
-    from ..tables.messages import WANTS as MESSAGES
-    from ..tables.messages import messages_frame
-    from ..tables.model_calls import WANTS as MODEL_CALLS
-    from ..tables.model_calls import model_calls_frame
+    from ..tables.messages import messages_table
+    from ..tables.model_calls import model_calls_table
     from ..tables.replayed import replay_tables
     from ..tables.runs import runs_frame
-    from ..tables.tool_calls import WANTS as TOOL_CALLS
-    from ..tables.tool_calls import tool_calls_frame
-    from ..tables.usage import WANTS as USAGE
-    from ..tables.usage import usage_frame
-    from ..tables.verifications import WANTS as VERIFICATIONS
-    from ..tables.verifications import verifications_frame
+    from ..tables.tool_calls import tool_calls_table
+    from ..tables.usage import usage_table
+    from ..tables.verifications import verifications_table
 
     runs = list(runs)
     if not runs:
         return empty_tables()
-    wanted = (APPROVALS, MESSAGES, MODEL_CALLS, TOOL_CALLS, USAGE, VERIFICATIONS)
-    wants = (frozenset().union(*(w[0] for w in wanted)),
-             tuple(sorted({p for w in wanted for p in w[1]})))
     clock = time.process_time
     last = clock()
 
@@ -230,17 +222,15 @@ def chunk_frames(runs: Sequence[RunData], *,
         # the clean runs' columns from the events frame (not derived again)
         tables.update(replay_tables(views, events=tables["events"]))
         done("states+drift+forks")
-        derived = event_views(views, wants)
-        done("event_views")
         tables["runs"] = _with_event_times(runs_frame(runs), tables["events"])
         done("runs")
         for name, build, arg in (
                 ("quarantine", quarantine_frame, runs), ("manifests", manifests_frame, runs),
-                ("tool_calls", tool_calls_frame, derived),
-                ("approvals", approvals_frame, derived),
-                ("model_calls", model_calls_frame, derived), ("usage", usage_frame, derived),
-                ("verifications", verifications_frame, derived),
-                ("messages", messages_frame, derived)):
+                # the derived tables: clean logs from their columns (no Event, no row dict)
+                ("tool_calls", tool_calls_table, views), ("approvals", approvals_table, views),
+                ("model_calls", model_calls_table, views), ("usage", usage_table, views),
+                ("verifications", verifications_table, views),
+                ("messages", messages_table, views)):
             tables[name] = build(arg)
             done(name)
     return {t: tables[t] for t in TABLES}

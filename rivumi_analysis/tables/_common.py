@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -215,6 +216,94 @@ def _fast_event(e: Any, obj: dict[str, Any], line_no: int, offset: int, length: 
                            "sequence": e.sequence, "task_id": e.task_id})
 
 
+# --- derived tables as columns --------------------------------------------------------------
+
+def is_clean(run: RunData) -> bool:
+    """Whether ``run`` is a clean log handed over as columns: ``fast`` is the
+    ``columnar.Decoded`` of a log the clean-log proof accepted (the store's chunk), so the
+    exact reading would give one warning-free event per line, in the same order, with the
+    same ``data`` (every value re-encodes to the line's exact bytes)."""
+    from ..read.columnar import Decoded
+
+    return isinstance(run.fast, Decoded)
+
+
+def derived_frame(runs: Sequence[RunData], *, fast_rows: Callable[[list[RunData]], list[Any]],
+                  exact_rows: Callable[[list[RunData]], list[dict[str, Any]]],
+                  model: type[pa.DataFrameModel], names: tuple[str, ...],
+                  times: tuple[str, ...] = (), lists: tuple[str, ...] = (),
+                  seconds: Mapping[str, tuple[str, str]] | None = None,
+                  clean: Callable[[RunData], bool] = is_clean) -> pl.DataFrame:
+    """A derived table of ``runs``, validated: the runs ``clean`` accepts by ``fast_rows``
+    (the table's column builder over the clean log: positional rows in ``names`` order,
+    timestamps as the log's ``created_at`` text, durations left to ``seconds``), every other
+    run by ``exact_rows`` (the table's row builder over ``RunData.events``: the oracle).
+    Rows keep the order of ``runs``; see :func:`columns_frame` for the columns."""
+    schema = polars_schema(model)
+    parts: list[pl.DataFrame] = []
+    for fast, group in itertools.groupby(runs, key=clean):
+        batch = list(group)
+        if fast:
+            parts.append(columns_frame(fast_rows(batch), names, schema, times=times,
+                                       lists=lists, seconds=seconds))
+        else:
+            parts.append(rows_frame(exact_rows(batch), schema, strict=False))
+    if not parts:
+        return validate(pl.DataFrame(schema=schema), model)
+    return validate(pl.concat(parts, how="vertical") if len(parts) > 1 else parts[0], model)
+
+
+def columns_frame(rows: list[Any], names: tuple[str, ...], schema: Mapping[str, pl.DataType], *,
+                  times: tuple[str, ...] = (), lists: tuple[str, ...] = (),
+                  seconds: Mapping[str, tuple[str, str]] | None = None) -> pl.DataFrame:
+    """The frame of positional ``rows`` (each a tuple or list in ``names`` order), columns in
+    ``schema`` order: ``times`` hold the runner's ``created_at`` text (parsed as the exact
+    reading's ``datetime.fromisoformat``), ``lists`` lists of strings (built as one Arrow list
+    array: a polars Series of Python lists costs 20 times more), ``seconds`` maps a column to
+    the two ``times`` it is the difference of (``(b - a).total_seconds()``, exactly). Every
+    lone surrogate is shown as U+FFFD, as :func:`rows_frame` does.
+
+    >>> df = columns_frame([("r", "2026-08-20T21:02:47.5Z", "2026-08-20T21:02:48Z", None, ["a"])],
+    ...     ("run_dir", "a", "b", "s", "l"), {"run_dir": pl.String, "a": pl.Datetime("us", "UTC"),
+    ...     "b": pl.Datetime("us", "UTC"), "s": pl.Float64, "l": pl.List(pl.String)},
+    ...     times=("a", "b"), lists=("l",), seconds={"s": ("a", "b")})
+    >>> df.row(0)[3:]
+    (0.5, ['a'])
+    """
+    columns = ({n: list(c) for n, c in zip(names, zip(*rows, strict=True), strict=True)}
+               if rows else {n: [] for n in names})
+    try:
+        return _columns_frame(columns, schema, times, lists, seconds or {})
+    except UnicodeEncodeError:
+        return _columns_frame(_without_lone_surrogates(columns), schema, times, lists,
+                              seconds or {})
+
+
+def _columns_frame(columns: dict[str, list[Any]], schema: Mapping[str, pl.DataType],
+                   times: tuple[str, ...], lists: tuple[str, ...],
+                   seconds: Mapping[str, tuple[str, str]]) -> pl.DataFrame:
+    import pyarrow as pa_
+
+    out: dict[str, pl.Series] = {}
+    for name in times:
+        out[name] = pl.Series(name, pa_.array(columns[name], pa_.string()).cast(
+            pa_.timestamp("us", "UTC")))
+    for name, (a, b) in seconds.items():
+        # timedelta.total_seconds() is the int microseconds / 10**6 (correctly rounded)
+        micros = (out[b] - out[a]).dt.total_microseconds().to_list()
+        out[name] = pl.Series(name, [None if us is None else us / 1_000_000 for us in micros],
+                              dtype=pl.Float64)
+    for name in lists:
+        values = columns[name]
+        flat = list(itertools.chain.from_iterable(values))
+        offsets = list(itertools.accumulate(map(len, values), initial=0))
+        out[name] = pl.Series(name, pa_.LargeListArray.from_arrays(
+            pa_.array(offsets, pa_.int64()), pa_.array(flat, pa_.large_string())))
+    return pl.DataFrame([out[name] if name in out else
+                         pl.Series(name, columns[name], dtype=dtype, strict=False)
+                         for name, dtype in schema.items()]).cast(dict(schema))
+
+
 def check_strict(runs: list[RunData], strict: bool) -> None:
     """Raise :class:`QuarantineError` when ``strict`` and any line was quarantined."""
     if strict and any(run.quarantined for run in runs):
@@ -310,7 +399,7 @@ def clipped_size(text: str | None) -> tuple[int | None, bool]:
     (``bounded_text`` keeps head and tail and says how many bytes it omitted, §4.4)."""
     if text is None:
         return None, False
-    raw = len(text.encode("utf-8", "surrogatepass"))
+    raw = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
     m = _TRUNCATED.search(text)
     if m is None:
         return raw, False

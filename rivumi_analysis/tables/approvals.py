@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import _seconds, _str, frame, load_columnar
+from ._common import _seconds, _str, derived_frame, frame, load_columnar
 
 WANTS = (frozenset(), ("approval.",))
 """The event types this table reads (names, prefixes): the columnar loader builds no other."""
@@ -55,6 +55,62 @@ def approvals_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
         for row in reqs.values():
             row["wait_seconds"] = _seconds(row["requested_at"], row["closed_at"])
             rows.append(row)
+    return rows
+
+
+def approvals_table(runs: Sequence[RunData]) -> pl.DataFrame:
+    """The table of ``runs``: clean logs handed over as columns (``fast``, the store's chunk)
+    by :func:`_fast_rows`, every other run by :func:`approvals_rows` (the oracle)."""
+    return derived_frame(runs, fast_rows=_fast_rows, exact_rows=approvals_rows, model=_model(),
+                         names=_COLUMNS, **_FRAME)
+
+
+_COLUMNS = ("run_dir", "run_id", "request_id", "action_id", "effect", "reason", "policy_reason",
+            "outcome", "decision", "requested_sequence", "closed_sequence", "requested_at",
+            "closed_at", "wait_seconds")
+_POLICY, _OUTCOME, _DECISION, _REQ_SEQ, _CLOSED_SEQ, _REQ_AT, _CLOSED_AT = map(_COLUMNS.index, (
+    "policy_reason", "outcome", "decision", "requested_sequence", "closed_sequence",
+    "requested_at", "closed_at"))
+_FRAME: dict[str, Any] = {"times": ("requested_at", "closed_at"),
+                          "seconds": {"wait_seconds": ("requested_at", "closed_at")}}
+_CLOSING = {"approval.resolved": "resolved", "approval.reused": "reused",
+            "approval.abandoned": "abandoned"}
+
+
+def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
+    """:func:`approvals_rows` of clean logs, from their columns (``fast``: envelopes and
+    parsed ``data``), as positional rows: no ``Event``, no row dict."""
+    rows: list[list[Any]] = []
+    for run in runs:
+        dec = run.fast
+        objects = dec.objects
+        reqs: dict[str, list[Any]] = {}
+        for j, e in enumerate(dec.envelopes):
+            et = e.event_type
+            if not et.startswith("approval."):
+                continue
+            d = objects[j]
+            rid = d.get("request_id")
+            if not isinstance(rid, str):
+                continue
+            row = reqs.get(rid)
+            if row is None:
+                row = reqs[rid] = [run.run_dir, run.run_id, rid, _str(d.get("action_id")),
+                                   _str(d.get("effect")), _str(d.get("reason")),
+                                   _str(d.get("policy_reason")), "open", None, None, None, None,
+                                   None, None]
+                rows.append(row)
+            if et == "approval.requested":
+                row[_REQ_SEQ], row[_REQ_AT] = e.sequence, e.created_at
+                continue
+            outcome = _CLOSING.get(et)
+            if outcome is not None:
+                row[_OUTCOME] = outcome
+                row[_CLOSED_SEQ], row[_CLOSED_AT] = e.sequence, e.created_at
+                row[_DECISION] = (_str(d.get("decision")) if outcome == "resolved"
+                                  else "allow_once" if outcome == "reused" else None)
+                if row[_POLICY] is None:
+                    row[_POLICY] = _str(d.get("policy_reason"))
     return rows
 
 

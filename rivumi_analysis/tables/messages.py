@@ -22,14 +22,14 @@ none; those rows stay null rather than estimated.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import _bool, _int, _str, frame, load, usage_columns
+from ._common import _bool, _int, _str, derived_frame, frame, load, usage_columns
 
 __all__ = ["messages_df", "messages_frame"]
 
@@ -134,6 +134,110 @@ def messages_frame(runs: Iterable[RunData]) -> pl.DataFrame:
         rows += _manifest_rows(run)
         rows += _event_rows(run)
     return frame(rows, MessagesSchema)
+
+
+def messages_table(runs: Sequence[RunData]) -> pl.DataFrame:
+    """The table of ``runs``: native clean logs handed over as columns (``fast``, the store's
+    chunk) by :func:`_fast_rows`, every other run by the row builders (the oracle)."""
+    return derived_frame(runs, fast_rows=_fast_rows, exact_rows=_exact_rows, model=_model(),
+                         names=_COLUMNS, clean=_clean, **_FRAME)
+
+
+_FRAME: dict[str, Any] = {"times": ("created_at",), "lists": ("tool_calls", "tool_call_ids")}
+
+
+def _clean(run: RunData) -> bool:
+    from ._common import is_clean
+
+    return run.kind != "external" and is_clean(run)
+
+
+def _exact_rows(runs: list[RunData]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        rows += _manifest_rows(run)
+        rows += _event_rows(run)
+    return rows
+
+
+def _fast_rows(runs: list[RunData]) -> list[tuple[Any, ...]]:
+    """:func:`_manifest_rows` and :func:`_event_rows` of native clean logs, from their columns
+    (``fast``: envelopes and parsed ``data``), as positional rows in :data:`_COLUMNS` order:
+    no ``Event``, no row dict."""
+    rows: list[tuple[Any, ...]] = []
+    for run in runs:
+        run_dir, run_id = run.run_dir, run.run_id
+        m = run.manifest if isinstance(run.manifest, dict) else {}
+        items = m.get("messages")
+        for i, it in enumerate(items if isinstance(items, list) else ()):
+            if not isinstance(it, dict):
+                continue
+            content = _str(it.get("content"))
+            clipped = content is not None and _CLIP_MARKER in content
+            if "role" in it:
+                calls = it.get("tool_calls") if isinstance(it.get("tool_calls"), list) else []
+                calls = [c for c in calls if isinstance(c, dict)]
+                rows.append((
+                    run_dir, run_id, "session.json", i, None, None, None, None, "message",
+                    _str(it.get("role")), content, clipped,
+                    [c["name"] for c in calls if isinstance(c.get("name"), str)],
+                    [c["tool_call_id"] for c in calls if isinstance(c.get("tool_call_id"), str)],
+                    json.dumps(calls, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+                    if calls else None, None, None, None, None, None, None, None, None))
+            elif "item_type" in it:
+                rows.append((run_dir, run_id, "session.json", i, None, None, None, None,
+                             "injected_context", "context", content, clipped, [], [], None, None,
+                             None, None, None, _str(it.get("source")), None, None, None))
+            elif "ok" in it:
+                rows.append((run_dir, run_id, "session.json", i, None, None, None, None,
+                             "tool_observation", "tool", content, clipped, [], [], None,
+                             _str(it.get("tool_call_id")), _str(it.get("name")),
+                             _bool(it.get("ok")), _str(it.get("error")), None, None, None, None))
+        dec = run.fast
+        objects = dec.objects
+        step = None
+        for j, e in enumerate(dec.envelopes):
+            et = e.event_type
+            if et == "model.requested":
+                step = _int(objects[j].get("step"))
+                continue
+            spec = _EVENT_TEXT.get(et)
+            if spec is None:
+                continue
+            d = objects[j]
+            item, role, key = spec
+            content = _str(d.get(key))
+            clipped = content is not None and _CLIP_MARKER in content
+            if et == "model.completed":
+                names = d.get("tool_calls") if isinstance(d.get("tool_calls"), list) else []
+                u = usage_columns(d.get("usage"))
+                rows.append((run_dir, run_id, "events", None, e.sequence, j + 1, e.created_at,
+                             _int(d.get("step")), item, role, content, clipped,
+                             [n for n in names if isinstance(n, str)], [], None, None, None,
+                             None, None, None, u["input_tokens"], u["output_tokens"],
+                             u["total_tokens"]))
+            elif et == "tool.completed":
+                rows.append((run_dir, run_id, "events", None, e.sequence, j + 1, e.created_at,
+                             step, item, role, content, clipped, [], [], None,
+                             _str(d.get("tool_call_id")), _str(d.get("name")), _bool(d.get("ok")),
+                             _str(d.get("error")), None, None, None, None))
+            elif et == "role_lane.completed":
+                u = usage_columns(d.get("usage"))
+                rows.append((run_dir, run_id, "events", None, e.sequence, j + 1, e.created_at,
+                             step, item, _str(d.get("role")) or role, content, clipped, [], [],
+                             None, None, None, None, None, None, u["input_tokens"],
+                             u["output_tokens"], u["total_tokens"]))
+            else:
+                rows.append((run_dir, run_id, "events", None, e.sequence, j + 1, e.created_at,
+                             step, item, role, content, clipped, [], [], None, None, None, None,
+                             None, None, None, None, None))
+    return rows
+
+
+def _model() -> Any:
+    from ..schemas import MessagesSchema
+
+    return MessagesSchema
 
 
 def messages_df(source: Any = None, *, strict: bool = False,

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import _int, _seconds, _str, frame, load_columnar, usage_columns
+from ._common import (
+    _int,
+    _seconds,
+    _str,
+    derived_frame,
+    frame,
+    load_columnar,
+    usage_columns,
+)
 
 WANTS = (frozenset({"run.created", "session.resumed", "session.continued", "model.requested",
                    "model.retry", "model.fallback", "model.completed", "model.failed"}), ())
@@ -72,6 +80,77 @@ def model_calls_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
                     current["failure_kind"] = _str(d.get("kind"))
         for row in rows[first:]:  # this run's rows only: linear in the fleet
             row["duration_seconds"] = _seconds(row["requested_at"], row["completed_at"])
+    return rows
+
+
+def model_calls_table(runs: Sequence[RunData]) -> pl.DataFrame:
+    """The table of ``runs``: clean logs handed over as columns (``fast``, the store's chunk)
+    by :func:`_fast_rows`, every other run by :func:`model_calls_rows` (the oracle)."""
+    return derived_frame(runs, fast_rows=_fast_rows, exact_rows=model_calls_rows,
+                         model=_model(), names=_COLUMNS, **_FRAME)
+
+
+_COLUMNS = ("run_dir", "run_id", "step", "requested_sequence", "requested_line_no",
+            "completed_sequence", "requested_at", "completed_at", "duration_seconds", "outcome",
+            "finish_reason", "tool_calls", "retries", "fallbacks", "provider", "model",
+            "requested_provider", "requested_model", "failure_kind", "input_tokens",
+            "output_tokens", "cached_input_tokens", "reasoning_tokens", "provider_total_tokens",
+            "total_tokens")
+_FRAME: dict[str, Any] = {"times": ("requested_at", "completed_at"), "lists": ("tool_calls",),
+                          "seconds": {"duration_seconds": ("requested_at", "completed_at")}}
+(_DONE_SEQ, _DONE_AT, _OUTCOME, _FINISH, _TOOL_CALLS, _RETRIES, _FALLBACKS, _PROVIDER, _MODEL,
+ _FAILURE, _TOKENS) = map(_COLUMNS.index, (
+    "completed_sequence", "completed_at", "outcome", "finish_reason", "tool_calls", "retries",
+    "fallbacks", "provider", "model", "failure_kind", "input_tokens"))
+_USAGE = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens",
+          "provider_total_tokens", "total_tokens")  # _COLUMNS[_TOKENS:], usage_columns' keys
+_SETTINGS = frozenset({"run.created", "session.resumed", "session.continued"})
+
+
+def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
+    """:func:`model_calls_rows` of clean logs, from their columns (``fast``: envelopes and
+    parsed ``data``), as positional rows: no ``Event``, no row dict."""
+    rows: list[list[Any]] = []
+    for run in runs:
+        dec = run.fast
+        objects = dec.objects
+        current: list[Any] | None = None
+        provider = model = None
+        for j, e in enumerate(dec.envelopes):
+            et = e.event_type
+            if et in _SETTINGS:
+                d = objects[j]
+                provider, model = _str(d.get("provider")), _str(d.get("model"))
+                continue
+            if et == "model.requested":
+                current = [run.run_dir, run.run_id, _int(objects[j].get("step")), e.sequence,
+                           j + 1, None, e.created_at, None, None, "incomplete", None, [], 0, 0,
+                           provider, model, provider, model, None, None, None, None, None, None,
+                           None]
+                rows.append(current)
+            elif current is None:
+                continue
+            elif et == "model.retry":
+                current[_RETRIES] += 1
+            elif et == "model.fallback":
+                d = objects[j]
+                current[_FALLBACKS] += 1
+                current[_PROVIDER] = _str(d.get("to_provider"))
+                current[_MODEL] = _str(d.get("to_model"))
+            elif et in ("model.completed", "model.failed") and current[_DONE_SEQ] is None:
+                d = objects[j]
+                current[_DONE_SEQ], current[_DONE_AT] = e.sequence, e.created_at
+                if et == "model.completed":
+                    current[_OUTCOME] = "completed"
+                    current[_FINISH] = _str(d.get("finish_reason"))
+                    tc = d.get("tool_calls")
+                    current[_TOOL_CALLS] = [t for t in tc if isinstance(t, str)] if isinstance(
+                        tc, list) else []
+                    u = usage_columns(d.get("usage"))
+                    current[_TOKENS:] = [u[k] for k in _USAGE]
+                else:
+                    current[_OUTCOME] = "failed"
+                    current[_FAILURE] = _str(d.get("kind"))
     return rows
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import polars as pl
@@ -15,6 +15,7 @@ from ._common import (
     _seconds,
     _str,
     clipped_size,
+    derived_frame,
     frame,
     load_columnar,
     preview,
@@ -88,6 +89,106 @@ def tool_calls_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
             row["duration_seconds"] = _seconds(row["started_at"], row["completed_at"])
             row["outcome"] = _tool_outcome(row)
             rows.append(row)
+    return rows
+
+
+def tool_calls_table(runs: Sequence[RunData]) -> pl.DataFrame:
+    """The table of ``runs``: clean logs handed over as columns (``fast``, the store's chunk)
+    by :func:`_fast_rows`, every other run by :func:`tool_calls_rows` (the oracle)."""
+    return derived_frame(runs, fast_rows=_fast_rows, exact_rows=tool_calls_rows, model=_model(),
+                         names=_COLUMNS, **_FRAME)
+
+
+_COLUMNS = ("run_dir", "run_id", "tool_call_id", "name", "effect", "step", "requested_sequence",
+            "started_sequence", "completed_sequence", "requested_at", "started_at",
+            "completed_at", "executed", "ok", "error", "outcome", "in_batch",
+            "arguments_omitted", "arguments", "arguments_preview", "arguments_bytes",
+            "result_bytes", "result_clipped", "duration_seconds")
+(_TCID, _EFFECT, _REQ_SEQ, _START_SEQ, _DONE_SEQ, _REQ_AT, _START_AT, _DONE_AT, _EXECUTED, _OK,
+ _ERROR, _OUTCOME, _IN_BATCH, _OMITTED, _ARGS, _ARGS_PREVIEW, _ARGS_BYTES, _RESULT_BYTES,
+ _RESULT_CLIPPED) = map(_COLUMNS.index, (
+    "tool_call_id", "effect", "requested_sequence", "started_sequence", "completed_sequence",
+    "requested_at", "started_at", "completed_at", "executed", "ok", "error", "outcome",
+    "in_batch", "arguments_omitted", "arguments", "arguments_preview", "arguments_bytes",
+    "result_bytes", "result_clipped"))
+_FRAME: dict[str, Any] = {"times": ("requested_at", "started_at", "completed_at"),
+                          "seconds": {"duration_seconds": ("started_at", "completed_at")}}
+
+
+def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
+    """:func:`tool_calls_rows` of clean logs, from their columns (``fast``: envelopes and
+    parsed ``data``), as positional rows: no ``Event``, no row dict. ``arguments`` is the
+    re-encoded value: a clean log's ``data`` re-encodes to the line's exact bytes."""
+    from msgspec.json import encode
+
+    rows: list[list[Any]] = []
+    for run in runs:
+        dec = run.fast
+        objects = dec.objects
+        calls: dict[str, list[Any]] = {}
+        step = None
+        batch_ids: set[str] = set()
+        first = len(rows)
+        for j, e in enumerate(dec.envelopes):
+            et = e.event_type
+            if et == "model.requested":
+                step = _int(objects[j].get("step"))
+                continue
+            if not et.startswith("tool."):
+                continue
+            d = objects[j]
+            if et == "tool.batch_started":
+                ids = d.get("tool_call_ids")
+                if isinstance(ids, list):
+                    batch_ids.update(i for i in ids if isinstance(i, str))
+                continue
+            tcid = d.get("tool_call_id")
+            if not isinstance(tcid, str):
+                continue
+            row = calls.get(tcid)
+            if row is None:
+                row = calls[tcid] = [run.run_dir, run.run_id, tcid, _str(d.get("name")),
+                                     _str(d.get("effect")), step, None, None, None, None, None,
+                                     None, None, None, None, None, None, False, None, None, None,
+                                     None, None, None]
+                rows.append(row)
+            elif row[_EFFECT] is None:
+                row[_EFFECT] = _str(d.get("effect"))
+            if et == "tool.requested":
+                row[_REQ_SEQ], row[_REQ_AT] = e.sequence, e.created_at
+                args = d.get("arguments")
+                omitted = isinstance(args, dict) and args.get("omitted") is True
+                row[_OMITTED] = omitted
+                if "arguments" in d:
+                    raw = encode(args)
+                    text = raw.decode()
+                    row[_ARGS], row[_ARGS_PREVIEW] = text, preview(text)
+                else:
+                    raw = None
+                    row[_ARGS] = row[_ARGS_PREVIEW] = None
+                if omitted:
+                    row[_ARGS_BYTES] = _int(args.get("utf8_bytes"))
+                elif raw is not None:
+                    row[_ARGS_BYTES] = len(raw)
+            elif et == "tool.started":
+                row[_START_SEQ], row[_START_AT] = e.sequence, e.created_at
+            elif et == "tool.completed":
+                row[_DONE_SEQ], row[_DONE_AT] = e.sequence, e.created_at
+                row[_OK], row[_ERROR] = _bool(d.get("ok")), _str(d.get("error"))
+                size, clipped = clipped_size(_str(d.get("preview")))
+                row[_RESULT_BYTES] = size
+                row[_RESULT_CLIPPED] = None if size is None else clipped
+        for row in rows[first:]:
+            executed = row[_EXECUTED] = row[_START_SEQ] is not None
+            row[_IN_BATCH] = row[_TCID] in batch_ids
+            if row[_DONE_SEQ] is None:
+                row[_OUTCOME] = "in_flight" if executed else "not_started"
+            elif executed:
+                row[_OUTCOME] = "ok" if row[_OK] else "error"
+            else:
+                err = row[_ERROR] or ""
+                row[_OUTCOME] = ("unknown_tool" if err.startswith("Unknown tool") else
+                                 "denied" if "denied" in err else "not_executed")
     return rows
 
 

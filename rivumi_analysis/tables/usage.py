@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import _float, _str, frame, load_columnar, usage_columns
+from ._common import _float, _str, derived_frame, frame, load_columnar, usage_columns
 
 WANTS = (frozenset({"run.created", "session.resumed", "session.continued", "model.requested",
                    "model.fallback", "model.completed", "role_lane.completed"}), ())
@@ -75,6 +75,81 @@ def _usage_row(run: RunData, i: int, source: str, lane: str, provider: str | Non
             "lane": lane, "provider": provider, "model": model, **u,
             "currency": _str(cost.get("currency")), "cost_source": _str(cost.get("source")),
             **costs, "total_cost": total_cost, "cost_known": total_cost is not None}
+
+
+def usage_table(runs: Sequence[RunData]) -> pl.DataFrame:
+    """The table of ``runs``: clean logs handed over as columns (``fast``, the store's chunk)
+    by :func:`_fast_rows`, every other run by :func:`usage_rows` (the oracle)."""
+    return derived_frame(runs, fast_rows=_fast_rows, exact_rows=usage_rows, model=_model(),
+                         names=_COLUMNS)
+
+
+_COLUMNS = ("run_dir", "run_id", "index", "source", "lane", "provider", "model", "input_tokens",
+            "output_tokens", "cached_input_tokens", "reasoning_tokens", "provider_total_tokens",
+            "total_tokens", "currency", "cost_source", "input_cost", "cached_input_cost",
+            "output_cost", "total_cost", "cost_known")
+_SETTINGS = frozenset({"run.created", "session.resumed", "session.continued"})
+
+
+def _fast_rows(runs: list[RunData]) -> list[tuple[Any, ...]]:
+    """:func:`usage_rows` of clean logs, from their columns (``fast``: envelopes and parsed
+    ``data``) and manifest, as positional rows: no ``Event``, no row dict."""
+    rows: list[tuple[Any, ...]] = []
+    for run in runs:
+        m = run.manifest or {}
+        records = m.get("model_usage")
+        if isinstance(records, list) and records:
+            for i, r in enumerate(records):
+                if not isinstance(r, dict):
+                    continue
+                rows.append(_fast_row(run, i, "manifest.model_usage", _str(r.get("lane")) or "?",
+                                      _str(r.get("provider")), _str(r.get("model")),
+                                      r.get("usage"), r.get("cost")))
+            continue
+        dec = run.fast
+        objects = dec.objects
+        provider = model = call_provider = call_model = None
+        index = 0
+        for j, e in enumerate(dec.envelopes):
+            et = e.event_type
+            if et in _SETTINGS:
+                d = objects[j]
+                provider, model = _str(d.get("provider")), _str(d.get("model"))
+            elif et == "model.requested":
+                call_provider, call_model = provider, model
+            elif et == "model.fallback":
+                d = objects[j]
+                call_provider, call_model = _str(d.get("to_provider")), _str(d.get("to_model"))
+            elif et == "model.completed":
+                rows.append(_fast_row(run, index, "events", "primary", call_provider, call_model,
+                                      objects[j].get("usage"), None))
+                index += 1
+            elif et == "role_lane.completed":
+                d = objects[j]
+                rows.append(_fast_row(run, index, "events", "reviewer", _str(d.get("provider")),
+                                      _str(d.get("model")), d.get("usage"), d.get("cost")))
+                index += 1
+    return rows
+
+
+def _fast_row(run: RunData, i: int, source: str, lane: str, provider: str | None,
+              model: str | None, usage: Any, cost: Any) -> tuple[Any, ...]:
+    """:func:`_usage_row` as a positional row."""
+    u = usage_columns(usage if isinstance(usage, dict) else {})
+    inp, out = u["input_tokens"] or 0, u["output_tokens"] or 0
+    total = u["total_tokens"]
+    if total is None:
+        total = inp + out
+    cost = cost if isinstance(cost, dict) else {}
+    ic, cc, oc = (_float(cost.get("input_cost")), _float(cost.get("cached_input_cost")),
+                  _float(cost.get("output_cost")))
+    total_cost = _float(cost.get("total_cost"))
+    if total_cost is None and cost and ic is not None and cc is not None and oc is not None:
+        total_cost = sum((ic, cc, oc))  # as _usage_row: 0 + ... (-0.0 sums to 0.0)
+    return (run.run_dir, run.run_id, i, source, lane, provider, model, inp, out,
+            u["cached_input_tokens"] or 0, u["reasoning_tokens"] or 0,
+            u["provider_total_tokens"], total, _str(cost.get("currency")),
+            _str(cost.get("source")), ic, cc, oc, total_cost, total_cost is not None)
 
 
 def usage_df(source: Any = None, *, strict: bool = False,

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import Event, RunData
-from ._common import _bool, _float, _int, _str, frame, load_columnar
+from ._common import _bool, _float, _int, _str, derived_frame, frame, load_columnar
 
 WANTS = (frozenset({"verification.started", "verification.completed",
                    "verification.reused"}), ())
@@ -72,6 +72,65 @@ def _ver_row(run: RunData, name: str | None, argv: list[str], outcome: str, star
             "started_at": started.created_at if started else None,
             "completed_at": completed.created_at if completed else None,
             "ok": ok, "exit_code": exit_code, "duration_seconds": duration}
+
+
+def verifications_table(runs: Sequence[RunData]) -> pl.DataFrame:
+    """The table of ``runs``: clean logs handed over as columns (``fast``, the store's chunk)
+    by :func:`_fast_rows`, every other run by :func:`verifications_rows` (the oracle)."""
+    return derived_frame(runs, fast_rows=_fast_rows, exact_rows=verifications_rows,
+                         model=_model(), names=_COLUMNS, **_FRAME)
+
+
+_COLUMNS = ("run_dir", "run_id", "name", "argv", "outcome", "started_sequence",
+            "completed_sequence", "started_at", "completed_at", "ok", "exit_code",
+            "duration_seconds")
+_FRAME: dict[str, Any] = {"times": ("started_at", "completed_at"), "lists": ("argv",)}
+_ARGV, _OUTCOME, _DONE_SEQ, _DONE_AT, _OK, _EXIT, _DURATION = map(_COLUMNS.index, (
+    "argv", "outcome", "completed_sequence", "completed_at", "ok", "exit_code",
+    "duration_seconds"))
+
+
+def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
+    """:func:`verifications_rows` of clean logs, from their columns (``fast``: envelopes and
+    parsed ``data``), as positional rows: no ``Event``, no row dict."""
+    rows: list[list[Any]] = []
+    for run in runs:
+        dec = run.fast
+        objects = dec.objects
+        open_checks: dict[str, list[Any]] = {}
+        for j, e in enumerate(dec.envelopes):
+            et = e.event_type
+            if et not in ("verification.started", "verification.completed",
+                          "verification.reused"):
+                continue
+            d = objects[j]
+            name = _str(d.get("name"))
+            argv = d.get("argv")
+            argv = [a for a in argv if isinstance(a, str)] if isinstance(argv, list) else []
+            if et == "verification.reused":
+                rows.append([run.run_dir, run.run_id, name, argv, "reused", None, e.sequence,
+                             None, e.created_at, True, _int(d.get("exit_code")), None])
+            elif et == "verification.started":
+                row = [run.run_dir, run.run_id, name, argv, "in_flight", e.sequence, None,
+                       e.created_at, None, None, None, None]
+                open_checks[name or ""] = row
+                rows.append(row)
+            else:
+                row = open_checks.pop(name or "", None)
+                ok = _bool(d.get("ok"))
+                outcome = ("denied" if d.get("error") == "approval denied"
+                           else "passed" if ok else "failed")
+                if row is None:
+                    rows.append([run.run_dir, run.run_id, name, argv, outcome, None, e.sequence,
+                                 None, e.created_at, ok, _int(d.get("exit_code")),
+                                 _float(d.get("duration_seconds"))])
+                else:
+                    row[_OUTCOME], row[_DONE_SEQ], row[_DONE_AT] = outcome, e.sequence, e.created_at
+                    row[_OK], row[_EXIT] = ok, _int(d.get("exit_code"))
+                    row[_DURATION] = _float(d.get("duration_seconds"))
+                    if argv and not row[_ARGV]:
+                        row[_ARGV] = argv
+    return rows
 
 
 def verifications_df(source: Any = None, *, strict: bool = False,
