@@ -82,17 +82,20 @@ _TOKENS = st.dictionaries(st.sampled_from(["input_tokens", "output_tokens",
                                            "provider_total_tokens", "total_tokens"]),
                           st.one_of(st.integers(0, 99), st.none(), st.booleans(), _IDS),
                           max_size=6)
-_COST = st.dictionaries(st.sampled_from(["input_cost", "cached_input_cost", "output_cost",
-                                         "total_cost", "currency", "source"]),
-                        st.one_of(st.floats(-1, 1), st.just(-0.0), st.integers(0, 3),
-                                  st.booleans(), _IDS, st.none()), max_size=6)
+_COST = st.fixed_dictionaries({}, optional={
+    k: st.one_of(st.just(-0.0), st.floats(-1, 1), st.integers(0, 3), st.booleans(), _IDS,
+                 st.none())
+    for k in ("input_cost", "cached_input_cost", "output_cost", "total_cost", "currency",
+              "source")}) | st.sampled_from([  # the sum of the three costs, -0.0 included
+                  {"input_cost": -0.0, "cached_input_cost": -0.0, "output_cost": -0.0},
+                  {"input_cost": 0.1, "cached_input_cost": 0.2, "output_cost": 0.3}])
 _KEYS: dict[str, Any] = {
     "step": st.one_of(st.integers(0, 9), _SCALAR),
     "tool_call_id": st.one_of(_IDS, _IDS, _SCALAR),
     "tool_call_ids": st.one_of(st.lists(st.one_of(_IDS, _SCALAR), max_size=3), _SCALAR),
     "name": st.one_of(_IDS, _SCALAR),
     "effect": st.one_of(st.sampled_from(["read", "modify"]), _SCALAR),
-    "arguments": st.one_of(_VALUE, st.fixed_dictionaries(
+    "arguments": st.one_of(st.none(), _VALUE, st.fixed_dictionaries(
         {"omitted": st.one_of(st.just(True), _SCALAR), "utf8_bytes": _SCALAR})),
     "ok": _SCALAR,
     "error": st.one_of(st.sampled_from(["Unknown tool x", "approval denied", "denied by x"]),
@@ -111,19 +114,46 @@ _KEYS: dict[str, Any] = {
     "exit_code": _SCALAR,
     "duration_seconds": _SCALAR,
 }
-_TYPES = ["run.created", "session.resumed", "session.continued", "model.requested",
-          "model.retry", "model.fallback", "model.completed", "model.failed", "tool.requested",
-          "tool.started", "tool.completed", "tool.batch_started", "tool.batch_completed",
-          "approval.requested", "approval.resolved", "approval.reused", "approval.abandoned",
-          "approval.expired", "verification.started", "verification.completed",
-          "verification.reused", "loop.wind_down_completed", "thinking.healed",
-          "role_lane.completed", "message", "workspace.prepared"]
-_DATA = st.dictionaries(st.sampled_from(sorted(_KEYS)), st.none(), max_size=7).flatmap(
-    lambda keys: st.fixed_dictionaries({k: _KEYS[k] for k in keys}))
+_APPROVAL = ("request_id", "action_id", "effect", "reason", "policy_reason", "decision")
+_VERIFICATION = ("name", "argv", "ok", "error", "exit_code", "duration_seconds")
+_SETTING = ("provider", "model")
+_READS = {  # event type -> the keys the tables read of it
+    "run.created": _SETTING, "session.resumed": _SETTING, "session.continued": _SETTING,
+    "model.requested": ("step",), "model.retry": (), "model.fallback": ("to_provider", "to_model"),
+    "model.completed": ("step", "finish_reason", "tool_calls", "usage", "content"),
+    "model.failed": ("kind",),
+    "tool.requested": ("tool_call_id", "name", "effect", "arguments"),
+    "tool.started": ("tool_call_id", "name", "effect"),
+    "tool.completed": ("tool_call_id", "name", "effect", "ok", "error", "preview"),
+    "tool.batch_started": ("tool_call_ids", "tool_call_id"),
+    "tool.batch_completed": ("tool_call_id", "tool_call_ids"),
+    "approval.requested": _APPROVAL, "approval.resolved": _APPROVAL,
+    "approval.reused": _APPROVAL, "approval.abandoned": _APPROVAL,
+    "approval.expired": _APPROVAL,
+    "verification.started": _VERIFICATION, "verification.completed": _VERIFICATION,
+    "verification.reused": _VERIFICATION,
+    "loop.wind_down_completed": ("content",), "thinking.healed": ("text",),
+    "role_lane.completed": ("role", "provider", "model", "usage", "cost", "preview"),
+    "message": ("text", "content"), "workspace.prepared": (),
+}
+_TYPES = sorted(_READS) + [  # the types that carry most of the state, more often
+    "model.requested", "model.completed", "tool.requested", "tool.requested", "tool.started",
+    "tool.completed", "tool.completed", "approval.requested", "approval.resolved",
+    "verification.started", "verification.completed", "role_lane.completed"]
+
+
+def _data(etype: str) -> Any:
+    """The keys ``etype``'s readers read (each present or not) and maybe one more key."""
+    return st.tuples(
+        st.fixed_dictionaries({}, optional={k: _KEYS[k] for k in _READS[etype]}),
+        st.dictionaries(st.sampled_from(sorted(_KEYS)), _VALUE, max_size=1),
+    ).map(lambda parts: {**parts[1], **parts[0]})
+
+
 _WHEN = st.one_of(
     st.datetimes(min_value=datetime(2026, 8, 20), max_value=datetime(2026, 8, 21)),
     st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31)))
-_EVENT = st.tuples(st.sampled_from(_TYPES), _DATA, _WHEN)
+_EVENT = st.sampled_from(_TYPES).flatmap(lambda t: st.tuples(st.just(t), _data(t), _WHEN))
 _ITEM = st.one_of(
     st.fixed_dictionaries({"role": _SCALAR, "content": st.one_of(_TEXT, _CLIPPED, _SCALAR)},
                           optional={"tool_calls": st.one_of(_SCALAR, st.lists(st.one_of(
@@ -157,10 +187,10 @@ def _log(events: list[tuple[str, dict[str, Any], datetime]]) -> bytes:
     return b"".join(lines)
 
 
-@settings(max_examples=80, deadline=None,
+@settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                  HealthCheck.data_too_large])
-@given(st.lists(st.tuples(st.lists(_EVENT, min_size=1, max_size=25), _MANIFEST),
+@given(st.lists(st.tuples(st.lists(_EVENT, min_size=5, max_size=60), _MANIFEST),
                 min_size=1, max_size=3))
 def test_generated_logs(tmp_path_factory: pytest.TempPathFactory,
                         runs: list[tuple[list[Any], dict[str, Any]]]) -> None:
@@ -197,3 +227,79 @@ def test_planted_bug_in_a_column_builder_fails(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(tc, "_fast_rows", bad)
     with pytest.raises(AssertionError):
         _check(str(tmp_path))
+
+
+_W = datetime(2026, 8, 20, 21, 2, 47, 879324)
+_EDGES: list[tuple[str, dict[str, Any], datetime]] = [
+    ("run.created", {"provider": "p", "model": 5}, _W),
+    ("tool.completed", {"tool_call_id": "early", "preview": "x"}, _W),  # before any step
+    ("model.requested", {"step": 1}, _W),
+    ("tool.requested", {"tool_call_id": "a", "arguments": None}, _W),  # JSON null: "null"
+    ("tool.requested", {"tool_call_id": "b"}, _W),  # no arguments at all
+    ("tool.requested", {"tool_call_id": "c", "effect": 3,
+                        "arguments": {"b": 1.0, "a": [1e-05, "é\n"], "c": {"omitted": 1}}}, _W),
+    ("tool.requested", {"tool_call_id": "d", "arguments": {"omitted": True, "utf8_bytes": 9}},
+     _W),
+    ("tool.requested", {"tool_call_id": "e", "arguments": {"omitted": True}}, _W),
+    ("model.requested", {"step": "2"}, _W),  # a step that is not an int: null
+    ("tool.started", {"tool_call_id": "a", "effect": "read"}, _W),  # effect filled later
+    ("tool.started", {"tool_call_id": "new", "name": "n"}, _W),  # first seen at started
+    ("tool.requested", {"tool_call_id": "d", "arguments": "  two   words  "}, _W),  # again
+    ("tool.completed", {"tool_call_id": "a", "ok": 1, "error": "boom",
+                        "preview": "h\n... output truncated (1000 bytes omitted) ...\nt"},
+     _W.replace(year=9999)),  # centuries later
+    ("tool.completed", {"tool_call_id": "b", "ok": False, "error": "Unknown tool zz"}, _W),
+    ("tool.completed", {"tool_call_id": "c", "error": "approval denied"}, _W),
+    ("tool.completed", {"tool_call_id": "e", "error": None, "preview": "é" * 3}, _W),
+    ("tool.batch_completed", {"tool_call_id": "f"}, _W),  # a row of its own
+    ("tool.batch_started", {"tool_call_ids": ["a", 7, "new"], "tool_call_id": "g"}, _W),
+    ("approval.requested", {"request_id": "r1", "policy_reason": None, "effect": "modify"}, _W),
+    ("approval.expired", {"request_id": "r2", "action_id": "x"}, _W),  # opens, never closes
+    ("approval.reused", {"request_id": "r1", "policy_reason": "p", "decision": "deny"}, _W),
+    ("approval.resolved", {"request_id": "r3", "decision": 4}, _W),
+    ("approval.abandoned", {"request_id": "r2"}, _W),
+    ("approval.requested", {"request_id": 9}, _W),
+    ("model.fallback", {"to_provider": "q", "to_model": None}, _W),
+    ("model.retry", {}, _W),
+    ("model.completed", {"step": 7, "tool_calls": ["a", 1], "content": "hi",
+                         "usage": {"input_tokens": 3, "output_tokens": True}}, _W),
+    ("model.completed", {"usage": {"total_tokens": 5}}, _W),  # a second completion: ignored
+    ("session.resumed", {"provider": "p2", "model": "m2"}, _W),
+    ("model.requested", {"step": 3}, _W),
+    ("model.failed", {"kind": "timeout"}, _W),
+    ("role_lane.completed", {"role": "", "provider": "r", "usage": {"provider_total_tokens": 8},
+                             "cost": {"input_cost": -0.0, "cached_input_cost": -0.0,
+                                      "output_cost": -0.0}, "preview": "ok"}, _W),
+    ("role_lane.completed", {"role": "critic", "usage": {},
+                             "cost": {"input_cost": 0.1, "cached_input_cost": 0.2,
+                                      "output_cost": 0.3, "currency": "USD"}}, _W),
+    ("verification.completed", {"name": "lint", "ok": True}, _W),  # never started
+    ("verification.started", {"name": "test", "argv": []}, _W),
+    ("verification.started", {"argv": ["x", 1]}, _W),  # no name: ""
+    ("verification.completed", {"name": 5, "ok": True}, _W),  # closes it (not a str: "")
+    ("verification.completed", {"name": "test", "argv": ["pytest"], "ok": 0, "exit_code": 2,
+                                "duration_seconds": 1}, _W),
+    ("verification.reused", {"name": "test", "exit_code": 0}, _W),
+    ("loop.wind_down_completed", {"content": 5}, _W),
+    ("thinking.healed", {"text": "t"}, _W),
+    ("message", {"text": "external only"}, _W),
+]
+
+
+@pytest.mark.parametrize("with_usage", [False, True])
+def test_edge_cases_of_every_table(tmp_path: Path, with_usage: bool) -> None:
+    """Every rule the row builders apply, one event at a time (see the comments)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "events.jsonl").write_bytes(_log(_EDGES))
+    extra: dict[str, Any] = {"messages": [
+        {"role": "assistant", "content": "c", "tool_calls": [
+            {"name": "a", "tool_call_id": "1", "arguments": {"z": 1, "y": "é"}}, 5, {"name": 2}]},
+        {"item_type": "x", "content": 3, "source": "s"},
+        {"ok": True, "content": "o", "tool_call_id": 4, "name": "n", "error": None},
+        "not an item", {"other": 1}]}
+    if with_usage:  # the manifest's records, not the events
+        extra["model_usage"] = [{"lane": None, "usage": {"input_tokens": 1}, "cost": {
+            "input_cost": 0.5, "cached_input_cost": 0, "output_cost": True}}, 3, {}]
+    (run / "session.json").write_text(json.dumps(manifest(**extra)))
+    assert _check(str(tmp_path)) == [True]
