@@ -53,7 +53,7 @@ from ..errors import StoreError
 from ..read.cache import RACY_SECONDS, Fingerprint, code_fingerprint, default_cache_dir
 from ..read.cache import proc_locked_keys as _held_keys
 from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover, normalize_sources
-from ..read.snapshot import _lock_key
+from ..read.snapshot import _lock_key, gc_paused
 from .build import TABLES, chunk_frames, file_digest, write_parts
 
 STORE_FORMAT = 2
@@ -774,11 +774,16 @@ def _read_chunk(task: ChunkTask, progress: RunsDone | None = None,
     return runs, decoded, resumed
 
 
+@gc_paused()
 def run_chunk(task: ChunkTask, progress: RunsDone | None = None) -> ChunkResult:
     """Read a chunk's runs once, write their part, return it (what an executor calls).
 
     Pure apart from writing the part files under ``task.directory`` (deterministic names,
     atomic renames): safe to retry. ``progress(n)`` is called as runs are read.
+
+    The cyclic garbage collector stays off for the whole chunk (it makes no reference
+    cycles; its objects are freed by reference counts when it returns): re-enabled after the
+    read, it rescanned every object of the chunk's runs (~0.18 CPU-s per 1,000 runs).
     """
     from ..read.cache import PREFIX_MAX_BYTES, make_prefix
     from ..read.cleanlog import CleanLog
