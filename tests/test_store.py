@@ -401,6 +401,8 @@ def test_fingerprint_stats_every_file_the_reader_opens(fleet: Path, tmp_path: Pa
 
 
 # --- a log that only grew: decoded from its first incomplete line ---------------------------
+# (a prefix is kept only of a live run's log read exactly, e.g. with a torn tail: a clean log
+# is read whole again, which costs less than the exact path from a prefix)
 
 @pytest.fixture
 def small_fleet(tmp_path: Path) -> Path:
@@ -416,12 +418,12 @@ def _refresh(src: Path, store: Path) -> object:
 
 
 @contextlib.contextmanager
-def _live(src: Path, store: Path, run: Path) -> Iterator[None]:
+def _live(src: Path, store: Path, run: Path, *, prefix: bool = True) -> Iterator[None]:
     """``run`` is being written (a process holds its writer lock): it is re-read on every
-    open and its decoded prefix is kept."""
+    open, and its decoded prefix is kept when its log is not clean (``prefix``)."""
     with _writer_lock_held(run):
         _refresh(src, store)
-        assert Store(store).manifest().runs[str(run)]["prefix"] is True
+        assert Store(store).manifest().runs[str(run)]["prefix"] is prefix
         yield
 
 
@@ -438,13 +440,25 @@ def _writer_lock_held(run: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def _torn(run: Path) -> bytes:
+    """Append an event and cut it in the middle (a torn tail); return the whole line."""
+    data = (run / "events.jsonl").read_bytes()
+    line = append_event(run, "torn")
+    with open(run / "events.jsonl", "r+b") as fh:
+        fh.truncate(len(data) + len(line) // 2)
+    return line
+
+
 def test_grown_log_is_decoded_from_its_first_incomplete_line(small_fleet: Path,
                                                              tmp_path: Path) -> None:
     store = tmp_path / "store"
-    a, b = _runs(small_fleet, "completed")[:2]
+    a, b, c = _runs(small_fleet, "completed")[:3]
+    line = _torn(a)
     _refresh(small_fleet, store)
     with _live(small_fleet, store, a):
-        append_event(a, "one")  # one event
+        with open(a / "events.jsonl", "ab") as fh:  # the torn line completed, one event
+            fh.write(line[len(line) // 2:])
+        append_event(a, "one")
         s = _refresh(small_fleet, store)
         assert (s.reread, s.incremental) == (1, 1)
         assert_warm_equals_cold(small_fleet, store)
@@ -452,7 +466,14 @@ def test_grown_log_is_decoded_from_its_first_incomplete_line(small_fleet: Path,
             append_event(a, f"many-{i}")
         assert _refresh(small_fleet, store).incremental == 1
         assert_warm_equals_cold(small_fleet, store)
-    _refresh(small_fleet, store)  # the lock released: ``a`` read once more
+    # a live run whose log is clean keeps no prefix: it is read whole as it grows
+    with _live(small_fleet, store, c, prefix=False):
+        append_event(c, "clean")
+        s = _refresh(small_fleet, store)
+        assert (s.reread, s.incremental) == (1, 0)
+        assert Store(store).manifest().runs[str(c)]["prefix"] is False
+        assert_warm_equals_cold(small_fleet, store)
+    _refresh(small_fleet, store)  # the locks released: ``a`` and ``c`` read once more
     # a settled run keeps no prefix: when it grows it is read whole, same tables
     assert Store(store).manifest().runs[str(b)]["prefix"] is False
     append_event(b, "settled")
@@ -464,10 +485,7 @@ def test_append_completing_a_torn_tail_and_one_that_stays_torn(small_fleet: Path
                                                                tmp_path: Path) -> None:
     store = tmp_path / "store"
     a = _runs(small_fleet, "completed")[0]
-    data = (a / "events.jsonl").read_bytes()
-    line = append_event(a, "torn")  # then cut it in the middle: a torn tail
-    with open(a / "events.jsonl", "r+b") as fh:
-        fh.truncate(len(data) + len(line) // 2)
+    line = _torn(a)
     _refresh(small_fleet, store)
     q = ra.quarantine_df
     with _live(small_fleet, store, a):
@@ -494,6 +512,7 @@ def test_prefix_that_no_longer_matches_falls_back_to_a_full_read(small_fleet: Pa
                                                                  tmp_path: Path) -> None:
     store = tmp_path / "store"
     a = _runs(small_fleet, "completed")[0]
+    _torn(a)
     _refresh(small_fleet, store)
     with _live(small_fleet, store, a):
         # a byte inside the decoded prefix rewritten (same size), then an append
