@@ -141,6 +141,10 @@ _DOC_EDITS: dict[str, Any] = {
     "checkpoint.json": [
         b'{"backend_name":"b","resumable":false,"run_id":"ext"}', b'{"run_id":"from-cp"}',
         b'{"backend_name":"b","resumable":0}', b"null", b'{"run_id":"c","x":NaN}',
+        # parsed although the log is clean (read_run skips the others when it is):
+        b'{"backend\\u005fname":"b","resumable":false,"run_id":"escaped-key"}',
+        b'{"resumable":false,"x":"backend_name","run_id":"value-only"}',
+        b'{"run_id":"c","x":"\\u00e9"}',
     ],
 }
 
@@ -158,9 +162,13 @@ def test_skimmed_documents_give_the_same_kind_and_run_id(corpus: str, tmp_path: 
             k += 1
     (runs[k] / "session.json").unlink()  # run id from the log, or the checkpoint
     (runs[k + 1] / "backend-result.json").write_bytes(b"{}")  # external
+    (runs[k + 2] / "session.json").unlink()  # no manifest, a checkpoint the skim skips
+    (runs[k + 2] / "checkpoint.json").write_bytes(b'{"run_id":"cp-only"}')
     fleet = load_fleet(str(copy)).runs
     kinds = {r.kind for r in fleet}
     assert {"external", "fork", "native"} <= kinds
+    escaped = next(r for r in fleet if r.run_dir == str(runs[k - 3]))
+    assert escaped.kind == "external"
     _check_events(str(copy), fleet, jobs=(1, 2))
 
 
@@ -321,14 +329,16 @@ def test_a_timestamp_arrow_refuses_reads_the_segment_exactly(
     ["a", "Z", "0", "~", "!", " ", "\n", "\t", "\x7f", "\x00", "é", "\u2028", '"', "\\"]),
     max_size=4), max_size=4))
 def test_plain_is_the_regex(values: list[str]) -> None:
-    """``cleanlog._plain`` (C-level string checks) equals ``[!-~]+`` on every value (the
-    regex it replaced ran over the values joined by newlines, so it let a value holding a
-    newline through: such a log now takes the exact path, which is always allowed)."""
+    """``cleanlog._plain`` (C-level string checks) equals ``[!#-[\\]-~]+`` (printable
+    ASCII but space, quote and backslash: ``events_df`` sizes lines from these values) on
+    every value (the regex it replaced ran over the values joined by newlines, so it let a
+    value holding a newline through: such a log now takes the exact path, which is always
+    allowed)."""
     import re
 
     from rivumi_analysis.read.cleanlog import _plain
 
-    assert _plain(values) == all(re.fullmatch(r"[!-~]+", v) for v in values)
+    assert _plain(values) == all(re.fullmatch(r"[!#-\[\]-~]+", v) for v in values)
 
 
 def _leftovers() -> list[str]:
@@ -538,3 +548,26 @@ def test_timestamps_parse_as_the_exact_path_reads_them(when: Any, whole_second: 
     got = pl.Series([text]).str.to_datetime(_TS_FORMAT, time_unit="us", time_zone="UTC",
                                             strict=True).item()
     assert got == parse_created_at(text)[0]
+
+
+def test_clean_logs_are_sized_from_their_values(corpus: str, tmp_path: Path) -> None:
+    """``_fast_table`` sizes every line from its values (``_line_length``) and checks the
+    sum against the files: on a corpus with null, varying and constant task ids, every
+    segment's clean rows take that path (no exact re-read) and their lengths and offsets
+    are the exact path's (the frame equals the oracle)."""
+    import shutil
+
+    from rivumi_analysis.read.discovery import discover
+    from rivumi_analysis.tables import events as ev
+
+    copy = tmp_path / "runs"
+    shutil.copytree(corpus, copy)
+    logs = sorted(copy.glob("*/events.jsonl"))
+    for log, name in zip(logs, ("task_id_null", "none"), strict=False):
+        data = log.read_bytes()
+        last = data.splitlines(keepends=True)[-1]
+        log.write_bytes(data.replace(last, _mutate(name, last)))
+    segments, _ = ev._events_chunk(discover(str(copy)).runs)
+    fast = [s.fast for s in segments if s.fast is not None]
+    assert fast and all(ev._fast_table(f) is not None for f in fast)
+    _check_events(str(copy), load_fleet(str(copy)).runs, jobs=(1,))

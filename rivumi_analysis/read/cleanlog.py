@@ -47,9 +47,11 @@ class CleanLog:
         data: the file's bytes.
         sequences, event_types, run_ids, task_ids, event_ids, created_ats: the envelope
             columns, in line order.
-        longest_line: the longest line's length in bytes.
+        longest_line: the longest line's length in bytes (None: not measured, see
+            :func:`clean_log`).
         most_brackets: the most ``{`` and ``[`` bytes on one line (at most 200).
-        line_lengths: every line's length in bytes, newline excluded (``array('q')``).
+        line_lengths: every line's length in bytes, newline excluded (``array('q')``;
+            None: not measured).
     """
 
     decoded: Decoded
@@ -58,9 +60,9 @@ class CleanLog:
     event_types: list[str]
     run_ids: list[str]
     task_ids: list[str | None]
-    longest_line: int
+    longest_line: int | None
     most_brackets: int
-    line_lengths: array
+    line_lengths: array | None
     event_ids: list[str]
     created_ats: list[str]
 
@@ -81,8 +83,12 @@ class CleanLog:
         return sum(map(len, self.data.split(b"\n", index)[:index])) + index
 
 
-def clean_log(data: bytes | None) -> CleanLog | None:
-    """The columns of ``data`` when it is a clean log (see the module), else None."""
+def clean_log(data: bytes | None, *, per_line: bool = True) -> CleanLog | None:
+    """The columns of ``data`` when it is a clean log (see the module), else None.
+
+    ``per_line=False`` (``events_df``, which sizes each line from its values): the lines are
+    not measured when the whole file is within replay's line limit, and ``line_lengths``
+    and ``longest_line`` are then None."""
     if not data:
         return None
     dec = decode(data)
@@ -90,13 +96,16 @@ def clean_log(data: bytes | None) -> CleanLog | None:
         return None
     envs = dec.envelopes
     # every line within replay's limit (the file is one line per envelope, exactly)
-    lines = data.split(b"\n")
-    lines.pop()  # the empty piece after the final newline
-    lengths = array("q", map(len, lines))
-    del lines
-    longest = max(lengths)
-    if longest > REPLAY_LINE_LIMIT:
-        return None
+    lengths: array | None = None
+    longest: int | None = None
+    if per_line or len(data) > REPLAY_LINE_LIMIT:
+        lines = data.split(b"\n")
+        lines.pop()  # the empty piece after the final newline
+        lengths = array("q", map(len, lines))
+        del lines
+        longest = max(lengths)
+        if longest > REPLAY_LINE_LIMIT:
+            return None
     # at most MAX_BRACKETS '{'/'[' in each data value: a line holds its own '{', its data's
     # and any in its envelope strings, so at most MAX_BRACKETS + 1 per line bounds them all
     brackets = max(map(len, data.translate(None, _NOT_BRACKETS).split(b"\n")))
@@ -122,12 +131,17 @@ _CREATED_AT, _EVENT_TYPE, _RUN_ID, _TASK_ID, _EVENT_ID, _SEQUENCE = map(attrgett
 
 
 def _plain(values: list[str]) -> bool:
-    """Every value is non-empty printable ASCII without a space (``[!-~]+``): envelope
-    strings replay and resume read alike. Whole-list C-level checks, no per-value call.
+    """Every value is non-empty printable ASCII without a space, a quote or a backslash
+    (``[!#-[\\]-~]+``): envelope strings replay and resume read alike, and that JSON writes
+    as themselves between quotes (``events_df`` sizes lines from them). Whole-list C-level
+    checks, no per-value call.
 
     >>> _plain(["model.requested", "a1"]), _plain(["a b"]), _plain([""]), _plain(["caf\u00e9"])
     (True, False, False, False)
+    >>> _plain(['a"b']), _plain(["a\\\\b"])
+    (False, False)
     """
     text = "".join(values)
     # ASCII and printable is exactly 0x20-0x7E; without the space, [!-~]
-    return text.isascii() and text.isprintable() and " " not in text and "" not in values
+    return (text.isascii() and text.isprintable() and " " not in text and '"' not in text
+            and "\\" not in text and "" not in values)

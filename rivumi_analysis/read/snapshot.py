@@ -525,7 +525,8 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     else:
         manifest, manifest_error = parse_doc(files["session.json"])
         result, _ = _parse_json_doc(files["result.json"])
-        checkpoint, _ = parse_doc(files["checkpoint.json"])
+        checkpoint = _LATER if skim and _kind_free(files["checkpoint.json"]) else parse_doc(
+            files["checkpoint.json"])[0]
     backend_result, _ = _parse_json_doc(files["backend-result.json"]) if not skim else (None, None)
     ev = files["events.jsonl"]
     events_bytes = ev.data if ev.status == "ok" else None
@@ -537,7 +538,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
             if skim:  # events_df: the clean-log proof, all of it per file (no pyarrow)
                 from .cleanlog import clean_log
 
-                fast = clean_log(events_bytes)
+                fast = clean_log(events_bytes, per_line=False)
             else:
                 fast = decode(events_bytes)
     elif clean and events_bytes and events_prefix is None:
@@ -546,6 +547,8 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
 
         if engine() != "exact":
             fast = clean_log(events_bytes)
+    if checkpoint is _LATER:  # (skim) needed only when the log is not clean: see _kind_free
+        checkpoint = None if fast is not None else parse_doc(files["checkpoint.json"])[0]
     if fast is not None and clean and not columnar:
         kind = _kind(files, manifest, checkpoint, fast.envelopes, is_subagent)
         if kind == "external":  # the columns are for native logs: build the objects
@@ -596,6 +599,30 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
 
 
 _MISSING = FileRead("missing")
+_LATER = object()
+
+
+def _kind_free(fr: FileRead) -> bool:
+    """Whether ``checkpoint.json`` can decide neither kind nor run id of a run whose log is
+    clean, so ``read_run(skim=True)`` need not parse it (``checkpoint`` is then None).
+
+    The checkpoint decides the kind only through a top-level ``backend_name`` key
+    (:func:`_kind`), and a key spells ``backend_name`` only as those bytes or with a ``\\u``
+    escape (none of its characters has another escape); the run id comes from it only when
+    neither the manifest nor any event has one (:func:`_run_id`), and every event of a clean
+    log has a non-empty ``run_id``. A native run's checkpoint holds neither (§5.2).
+
+    >>> _kind_free(FileRead("ok", b'{"run_id":"r","status":"x"}'))
+    True
+    >>> _kind_free(FileRead("ok", b'{"backend\\\\u005fname":"b","resumable":false}'))
+    False
+    """
+    data = fr.data
+    return (fr.status == "ok" and data is not None and b"backend_name" not in data
+            and _U_ESCAPE.search(data) is None)
+
+
+_U_ESCAPE = re.compile(rb"\\u")  # (a regex finds it faster than ``in``: backslashes are rarer)
 # every entry read_run opens (the audit skips those its listing does not hold)
 _RUN_FILES = frozenset({"session.json", "request.json", "events.jsonl", "result.json",
                         "checkpoint.json", "backend-result.json", ".writer.lock"})
