@@ -168,3 +168,36 @@ def test_verdict_mutations_stay_clean_and_equal() -> None:
             exact, fast, was_clean = records(_write(b"".join(lines), 0))
             assert fast == exact, (name, where)
             assert was_clean == (name != "brackets_in_run_id"), name
+
+
+def test_whole_docs_reads_what_the_store_reads(tmp_path: Path) -> None:
+    """``read_run(clean=True, whole_docs=True)`` (the store's reading mode) gives what
+    ``store.build.read_for_tables`` makes of the audit's reading: every document whole,
+    the manifest twin where it accepts the bytes, the same kind, run id and clean log; on
+    every sample run, with damaged manifests, checkpoints and results."""
+    from rivumi_analysis.store.build import read_for_tables
+
+    copy = tmp_path / "runs"
+    shutil.copytree(SAMPLE_RUNS, copy)
+    locs = discover(str(copy)).runs
+    edits = {"session.json": [b"", b"[1]", b"{", b'{"run_id":"x"}', b'{"provider_name":"fork"}'],
+             "checkpoint.json": [b'{"backend_name":"b","resumable":false}', b"{", b"7"],
+             "result.json": [b"{", b'{"status":"done"}']}
+    k = 0
+    for name, docs in edits.items():
+        for doc in docs:
+            (Path(locs[k].run_dir) / name).write_bytes(doc)
+            k += 3
+    fields = ("manifest", "manifest_error", "result", "checkpoint", "kind", "run_id", "lines",
+              "events", "files", "listing", "manifest_model", "request", "backend_result")
+    clean = 0
+    for loc in locs:
+        want = read_for_tables(loc)
+        got = read_run(loc.run_dir, is_subagent=loc.is_subagent,
+                       parent_run_dir=loc.parent_run_dir, source_root=loc.source_root,
+                       clean=True, whole_docs=True)
+        for f in fields:
+            assert getattr(got, f) == getattr(want, f), (loc.run_dir, f)
+        assert type(got.fast) is type(want.fast)
+        clean += isinstance(got.fast, CleanLog) and got.manifest_model is not None
+    assert clean  # the twin and the columns are exercised

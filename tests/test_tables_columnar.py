@@ -309,19 +309,34 @@ def test_a_repeated_run_is_still_refused_by_pandera() -> None:
 
 def test_a_timestamp_arrow_refuses_reads_the_segment_exactly(
         corpus: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Should Arrow's parse ever refuse a timestamp the clean-log proof accepted, the whole
-    segment is read exactly (and validated by pandera): the same table."""
+    """Should Arrow's parse ever refuse a timestamp the clean-log proof accepted (or the
+    lines' sizes not add up to the files'), the segment is read exactly (and validated):
+    the same table, in process and in a pool."""
     from rivumi_analysis.tables import events as ev
 
     calls = []
+    real = ev._raw_columns
 
-    def refuse(seg: Any) -> None:
-        calls.append(seg)
+    def refuse(*args: Any) -> None:
+        calls.append(args)
 
-    monkeypatch.setattr(ev, "_fast_table", refuse)
     runs = load_fleet(corpus).runs
-    _check_events(corpus, runs, jobs=(1,))
+    monkeypatch.setattr(ev, "_finish", refuse)
+    _check_events(corpus, runs, jobs=(1, 2))
     assert calls
+    calls.clear()
+    monkeypatch.undo()
+
+    def refuse_some(seg: Any, rows_before: int, bytes_before: int) -> Any:
+        if len(calls) % 2 == 0:  # every other segment: clean and re-read ones side by side
+            calls.append(seg)
+            return None
+        calls.append(seg)
+        return real(seg, rows_before, bytes_before)
+
+    monkeypatch.setattr(ev, "_raw_columns", refuse_some)
+    _check_events(corpus, runs, jobs=(1, 2))
+    assert len(calls) > 2
 
 
 @settings(max_examples=300, deadline=None)
@@ -374,10 +389,10 @@ def test_buffers_through_shared_memory_or_the_pipe(corpus: str, tmp_path: Path,
     assert not mapped  # through the pipe
     monkeypatch.setattr(ev, "_SHARED_DIR", "/dev/shm")
 
-    def fail(seg: Any, run_dirs: list[str]) -> Any:
+    def fail(seg: Any, rows_before: int, bytes_before: int) -> Any:
         raise RuntimeError("conversion failed")
 
-    monkeypatch.setattr(ev, "_segment_frame", fail)
+    monkeypatch.setattr(ev, "_raw_columns", fail)
     with pytest.raises(RuntimeError, match="conversion failed"):
         ev.load_events(corpus, strict=False, max_depth=8, jobs=2)
     assert not _leftovers()
@@ -533,10 +548,12 @@ def test_an_events_load_imports_no_pandera(corpus: str, tmp_path: Path) -> None:
        st.booleans())
 def test_timestamps_parse_as_the_exact_path_reads_them(when: Any, whole_second: bool) -> None:
     """The clean logs' timestamps (the runner's shape: six fraction digits, or none when
-    zero) parsed by polars in ``_fast_table`` equal the exact path's ``parse_created_at``."""
+    zero) parsed by Arrow's cast in ``_raw_columns`` equal the exact path's
+    ``parse_created_at``."""
+    import pyarrow as pa
+
     from rivumi_analysis.read.cleanlog import _TIMESTAMPS
     from rivumi_analysis.read.decode import parse_created_at
-    from rivumi_analysis.tables.events import _TS_FORMAT
 
     if whole_second:
         when = when.replace(microsecond=0)
@@ -545,8 +562,8 @@ def test_timestamps_parse_as_the_exact_path_reads_them(when: Any, whole_second: 
     text = f"{when.year:04d}" + text[text.index("-"):]  # (strftime pads years < 1000 unevenly)
     if when.year == 0 or _TIMESTAMPS.fullmatch(text + "\n") is None:
         return  # not on the fast path
-    got = pl.Series([text]).str.to_datetime(_TS_FORMAT, time_unit="us", time_zone="UTC",
-                                            strict=True).item()
+    got = pl.from_arrow(pa.array([text], pa.large_string()).cast(
+        pa.timestamp("us", "UTC"))).item()
     assert got == parse_created_at(text)[0]
 
 

@@ -344,21 +344,28 @@ def audit_manifest(fr: FileRead) -> tuple[Any, Any, str | None]:
     unknown). Else ``(None, *_parse_json_doc(fr))``, and the verdict asks the twin and
     pydantic of the parsed document as always.
     """
+    model = _twin(fr)
+    if model is not None:
+        try:
+            keys = _MANIFEST_KEYS.decode(fr.data)
+        except (msgspec.DecodeError, RecursionError):  # pragma: no cover - read above
+            pass
+        else:
+            return model, {k: v for k in _ManifestKeys.__struct_fields__
+                           if (v := getattr(keys, k)) is not msgspec.UNSET}, None
+    doc, err = _parse_json_doc(fr)
+    return None, doc, err
+
+
+def _twin(fr: FileRead) -> Any:
+    """``SessionManifest``'s msgspec twin decoded straight from ``session.json`` when msgspec
+    may read the text and the twin accepts it, else None (:func:`audit_manifest`)."""
     data = fr.data
     if fr.status == "ok" and data is not None and _msgspec_may_read(data):
         from .fast_models import manifest_from_json
 
-        model = manifest_from_json(data)
-        if model is not None:
-            try:
-                keys = _MANIFEST_KEYS.decode(data)
-            except (msgspec.DecodeError, RecursionError):  # pragma: no cover - read above
-                pass
-            else:
-                return model, {k: v for k in _ManifestKeys.__struct_fields__
-                               if (v := getattr(keys, k)) is not msgspec.UNSET}, None
-    doc, err = _parse_json_doc(fr)
-    return None, doc, err
+        return manifest_from_json(data)
+    return None
 
 
 def _listing(run_dir: str) -> tuple[str, ...]:
@@ -428,7 +435,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
              decoded_out: list[Any] | None = None, source_root: str | None = None,
              columnar: bool = False, with_request: bool = False,
              clean: bool = False, held_locks: frozenset[str] | None = None,
-             skim: bool = False) -> RunData:
+             skim: bool = False, whole_docs: bool = False) -> RunData:
     """Read one run directory into a :class:`RunData`. Never raises for bad content.
 
     A live run is re-read until ``session.json`` and ``events.jsonl`` were not replaced
@@ -456,6 +463,10 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     ``decoded_out`` then receives nothing. The folder is listed first, and a file the
     listing does not hold is ``missing`` without being opened (a local run's audit opens
     only what exists; the listing is a snapshot taken before the files, as the files are).
+
+    ``whole_docs`` (with ``clean``; the store's tables): ``session.json``, ``result.json``
+    and ``checkpoint.json`` parsed whole (:func:`_parse_json_doc`) instead of the audit's
+    few keys; ``manifest_model`` as ``clean`` decides it (:func:`audit_manifest`).
 
     ``held_locks``: the keys of ``/proc/locks`` read once for a batch of runs
     (``read.cache.proc_locked_keys``), instead of once per run; None reads them now.
@@ -516,7 +527,12 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
             return skim_doc(fr, _parse_json_doc)
     request, request_error = _parse_json_doc(files["request.json"])
     manifest_model = None
-    if clean and not columnar and _columnar_engine() != "exact":
+    if clean and not columnar and _columnar_engine() != "exact" and whole_docs:
+        manifest_model = _twin(files["session.json"])
+        manifest, manifest_error = _parse_json_doc(files["session.json"])
+        result, _ = _parse_json_doc(files["result.json"])
+        checkpoint, _ = _parse_json_doc(files["checkpoint.json"])
+    elif clean and not columnar and _columnar_engine() != "exact":
         # the audit reads session.json as its twin, three keys of checkpoint.json and two of
         # result.json
         manifest_model, manifest, manifest_error = audit_manifest(files["session.json"])

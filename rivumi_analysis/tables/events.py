@@ -34,15 +34,10 @@ _ARROW_COLUMNS = (
 
 def events_frame(runs: Iterable[RunData]) -> pl.DataFrame:
     """The events table of ``runs`` (read already), checked as :func:`load_events` checks."""
-    frames: list[pl.DataFrame] = []
-    exact: list[pl.DataFrame] = []
-    run_dirs: list[str] = []
+    table = _Table()
     for seg in _segments(runs):
-        frame, exact_part = _segment_frame(seg, run_dirs)
-        frames.append(frame)
-        if exact_part is not None:
-            exact.append(exact_part)
-    return _checked(frames, exact, run_dirs)
+        table.add(seg)
+    return table.checked()
 
 
 def load_events(source: Source | None, *, strict: bool, max_depth: int,
@@ -69,9 +64,7 @@ def load_events(source: Source | None, *, strict: bool, max_depth: int,
     n_jobs = default_jobs() if jobs is None else max(1, jobs)
     n_jobs = min(n_jobs, max(1, len(locations) // 8))
     work = functools.partial(_events_chunk, keep_quarantined=strict)
-    frames: list[pl.DataFrame] = []
-    exact: list[pl.DataFrame] = []
-    run_dirs: list[str] = []
+    table = _Table()
     quarantined: list[RunData] = []
     pooled = False
     if n_jobs > 1 and len(locations) >= PARALLEL_MIN_RUNS:
@@ -82,33 +75,29 @@ def load_events(source: Source | None, *, strict: bool, max_depth: int,
         shared = _shared_prefix()
         try:
             _events_in_pool(functools.partial(work, shared=shared), chunks, n_jobs,
-                            _pool_context(), frames, exact, run_dirs, quarantined)
+                            _pool_context(), table, quarantined)
             pooled = True
         except (ImportError, OSError):
             # no process pool here (a sandbox, or privileges dropped after import so the
             # pool's modules cannot be loaded): the same rows, read in this process
-            frames, exact, run_dirs, quarantined = [], [], [], []
+            table, quarantined = _Table(), []
         finally:
             if shared is not None:  # what a failed or interrupted load left behind
                 _remove_shared(shared)
     if not pooled:
         segments, quarantined = work(locations)
         for seg in segments:
-            frame, exact_part = _segment_frame(seg, run_dirs)
-            frames.append(frame)
-            if exact_part is not None:
-                exact.append(exact_part)
-    table = _checked(frames, exact, run_dirs)
+            table.add(seg)
+    frame = table.checked()
     if quarantined:  # (only kept by a strict load; ._common imports pandera)
         from ._common import check_strict
 
         check_strict(quarantined, strict)
-    return table
+    return frame
 
 
 def _events_in_pool(work: Any, chunks: list[list[Any]], n_jobs: int, context: Any,
-                    frames: list[pl.DataFrame], exact: list[pl.DataFrame], run_dirs: list[str],
-                    quarantined: list[RunData]) -> None:
+                    table: _Table, quarantined: list[RunData]) -> None:
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=n_jobs, mp_context=context) as ex:
@@ -119,10 +108,7 @@ def _events_in_pool(work: Any, chunks: list[list[Any]], n_jobs: int, context: An
 
         for segments, bad in results:
             for seg in segments:  # converted as they come: one chunk's Arrow at a time
-                frame, exact_part = _segment_frame(seg, run_dirs)
-                frames.append(frame)
-                if exact_part is not None:
-                    exact.append(exact_part)
+                table.add(seg)
             quarantined.extend(bad)
 
 
@@ -165,7 +151,8 @@ def _surely_valid(df: pl.DataFrame) -> bool:
     (``tests/test_tables_columnar.py`` derives them from ``EventsSchema`` and checks that
     whatever this accepts, pandera accepts): exactly its columns and dtypes (``strict``), no
     null where not ``nullable``, ``kind`` in the four kinds, the ``ge`` bounds, a non-empty
-    ``event_type`` and the unique key ``(run_dir, line_no)``."""
+    ``event_type`` and the unique key ``(run_dir, line_no)``. (Not ``_fastcheck``, which
+    compiles every model's checks from pandera's own objects: it imports pandera.)"""
     if df.schema != _polars_schema():
         return False
     checks = [
@@ -345,7 +332,11 @@ def _events_schema() -> Any:
 
 def _events_rows(runs: Iterable[RunData]) -> pl.DataFrame:
     """The events rows of ``runs`` (not validated), in run and file order."""
-    return _concat([_segment_frame(seg, [])[0] for seg in _segments(runs)])
+    table = _Table()
+    for seg in _segments(runs):
+        table.add(seg)
+    pieces = table.frames()[0]
+    return _concat(pieces) if pieces else pl.DataFrame(schema=_polars_schema())
 
 
 class _Segment(NamedTuple):
@@ -359,43 +350,112 @@ class _Segment(NamedTuple):
     locations: list[Any]  # every run, in order (for the exact reading, if ever needed)
 
 
-def _segment_frame(seg: _Segment, run_dirs: list[str]) -> tuple[pl.DataFrame,
-                                                                 pl.DataFrame | None]:
-    """One polars frame (not validated) of a :class:`_Segment`, and its exactly-read rows
-    (a part of it, for validation). Appends the segment's run directories to ``run_dirs``.
+class _Table:
+    """The events table from its segments as they come (:meth:`add`), then :meth:`checked`.
 
-    (Built with polars; pyarrow only wraps the clean logs' buffers: most of pyarrow's other
-    entry points, ``pyarrow.compute`` and ``pa.array`` among them, import pandas, ~0.2 CPU-s
-    in a fresh process.)"""
-    fast = exact = None
-    if seg.fast is not None:
-        fast = _fast_table(seg.fast)
-        if fast is None:  # not expected (see _fast_table): the segment's runs the exact way
-            from ..read.snapshot import exact_run, iter_runs
+    A segment's clean-log buffers become polars columns at once (a shared-memory mapping
+    lives as long as the columns that use it); the columns derived from them (``line_no``,
+    ``byte_offset``, ``byte_length``, ``created_at``, ...) are computed once for all the
+    segments (:func:`_finish`; one polars query per segment cost ~2 ms of overhead each, 0.3
+    CPU-s on 10,000 runs). Built with polars; pyarrow only wraps the buffers (most of its
+    other entry points, ``pyarrow.compute`` and ``pa.array`` among them, import pandas,
+    ~0.2 CPU-s in a fresh process).
+    """
 
-            again = _segments(exact_run(r) for r in iter_runs(seg.locations))
-            parts = [_segment_frame(s, run_dirs) for s in again]
-            return _concat([p[0] for p in parts]), _concat([p[1] for p in parts
-                                                            if p[1] is not None])
-        run_dirs.extend(r[0] for r in seg.fast.runs)
-    if seg.exact is not None:
-        try:
-            exact = pl.DataFrame(seg.exact, schema=_polars_schema())
-        except UnicodeEncodeError:  # a run folder name that is not UTF-8: U+FFFD, as runs_df
-            exact = pl.DataFrame(_without_lone_surrogates(seg.exact), schema=_polars_schema())
-        run_dirs.extend(seg.exact_runs)
+    def __init__(self) -> None:
+        # per segment: the segment, its clean rows' raw columns, its exact rows
+        self.parts: list[tuple[_Segment, pl.DataFrame | None, pl.DataFrame | None]] = []
+        self.run_dirs: list[str] = []
+        self.rows = 0  # clean rows so far
+        self.size = 0  # and the bytes of their files
+
+    def add(self, seg: _Segment) -> None:
+        raw = exact = None
+        if seg.fast is not None:
+            raw = _raw_columns(seg.fast, self.rows, self.size)
+            if raw is not None:  # (else its runs are read exactly: frames)
+                self.rows += raw.height
+                self.size += sum(seg.fast.sizes)
+            self.run_dirs.extend(r[0] for r in seg.fast.runs)
+        if seg.exact is not None:
+            try:
+                exact = pl.DataFrame(seg.exact, schema=_polars_schema())
+            except UnicodeEncodeError:  # a run folder name that is not UTF-8: U+FFFD
+                exact = pl.DataFrame(_without_lone_surrogates(seg.exact),
+                                     schema=_polars_schema())
+            self.run_dirs.extend(seg.exact_runs)
+        self.parts.append((seg, raw, exact))
+
+    def frames(self) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
+        """The table's pieces in run order, and its exactly-read parts."""
+        raws = [raw for _s, raw, _e in self.parts if raw is not None]
+        fast = _finish(_concat(raws), 0, 0, self.size) if raws else None
+        pieces: list[pl.DataFrame] = []
+        exact: list[pl.DataFrame] = []
+        at = 0
+        for seg, raw, exact_part in self.parts:
+            own = None
+            if seg.fast is not None:
+                if raw is not None and fast is not None:
+                    own = fast.slice(at, raw.height)
+                elif raw is not None:  # (not expected: _finish) which segment it is
+                    own = _finish(raw, at, sum(self._sizes_before(seg)), sum(seg.fast.sizes))
+                at += raw.height if raw is not None else 0
+                if own is None:  # (not expected) its runs read exactly
+                    from ..read.snapshot import exact_run, iter_runs
+
+                    again = _Table()
+                    for s in _segments(exact_run(r) for r in iter_runs(seg.locations)):
+                        again.add(s)
+                    more, more_exact = again.frames()
+                    pieces += more
+                    exact += more_exact
+                    continue
+            if exact_part is not None:
+                exact.append(exact_part)
+            pieces += _interleaved(seg.order, own, exact_part)
+        return pieces, exact
+
+    def _sizes_before(self, seg: _Segment) -> Iterator[int]:
+        for s, raw, _e in self.parts:
+            if s is seg:
+                return
+            if raw is not None:
+                yield sum(s.fast.sizes)
+
+    def checked(self) -> pl.DataFrame:
+        """The table, validated (:func:`_checked`)."""
+        pieces, exact = self.frames()
+        return _checked(pieces or [pl.DataFrame(schema=_polars_schema())], exact,
+                        self.run_dirs)
+
+
+def _interleaved(order: list[tuple[bool, int]], fast: pl.DataFrame | None,
+                 exact: pl.DataFrame | None) -> list[pl.DataFrame]:
+    """A segment's rows in run order: a slice per stretch of consecutive runs of one kind."""
     if fast is None or exact is None:
         frame = fast if fast is not None else exact
-        return (frame if frame is not None else pl.DataFrame(schema=_polars_schema())), exact
-    # interleave in run order: a slice per stretch of consecutive runs of one kind
+        return [frame] if frame is not None else []
     pieces = []
     at = {False: 0, True: 0}
-    for is_exact, group in itertools.groupby(seg.order, key=lambda o: o[0]):
+    for is_exact, group in itertools.groupby(order, key=lambda o: o[0]):
         n = sum(rows for _e, rows in group)
         if n:
             pieces.append((exact if is_exact else fast).slice(at[is_exact], n))
             at[is_exact] += n
-    return _concat(pieces), exact
+    return pieces
+
+
+def _segment_frame(seg: _Segment, run_dirs: list[str]) -> tuple[pl.DataFrame,
+                                                                 pl.DataFrame | None]:
+    """One polars frame (not validated) of a :class:`_Segment`, and its exactly-read rows
+    (a part of it, for validation). Appends the segment's run directories to ``run_dirs``."""
+    table = _Table()
+    table.add(seg)
+    pieces, exact = table.frames()
+    run_dirs.extend(table.run_dirs)
+    return (_concat(pieces) if pieces else pl.DataFrame(schema=_polars_schema()),
+            _concat(exact))
 
 
 def _concat(frames: list[pl.DataFrame]) -> Any:
@@ -525,17 +585,26 @@ def _ascii(values: list[str]) -> tuple[bytes, array]:
     return b"".join(encoded), array("q", itertools.accumulate(map(len, encoded), initial=0))
 
 
-_TS_FORMAT = "%Y-%m-%dT%H:%M:%S%.fZ"
-"""The runner's timestamps (the clean-log proof matched each against its exact shape, with
-real dates and times: six fraction digits or none, second 00-59)."""
-
-
 def _fast_table(seg: _Fast) -> pl.DataFrame | None:
-    """A :class:`_Fast` as a polars frame with the events columns (its buffers wrapped by
-    Arrow without a copy; the per-run strings gathered, so polars' string views share each
-    run's one copy); None if a timestamp does not parse (the clean-log proof matched it
-    against the runner's format with real calendar dates, so the parse should never refuse
-    one)."""
+    """A :class:`_Fast` alone as a polars frame with the events columns (None: see
+    :func:`_raw_columns` and :func:`_finish`)."""
+    raw = _raw_columns(seg, 0, 0)
+    return _finish(raw, 0, 0, sum(seg.sizes)) if raw is not None else None
+
+
+_RAW = ("first_row", "file_start", "sequence", "data", "event_type", "event_id", "ts",
+        "created_at", "event_run_id", "task_id", "run_dir", "run_id", "kind")
+
+
+def _raw_columns(seg: _Fast, rows_before: int, bytes_before: int) -> pl.DataFrame | None:
+    """The clean rows of a :class:`_Fast` as polars columns (:data:`_RAW`): its buffers
+    wrapped by Arrow without a copy, the per-run strings gathered (polars' string views
+    share each run's one copy: 16 bytes a row instead of the string; -90 MB at 969k rows
+    against Arrow's take). ``first_row``/``file_start``: each row's run's first row and
+    first byte counted over every clean row/file before it (``rows_before``/
+    ``bytes_before`` come before this one), for :func:`_finish`. None if a timestamp
+    does not parse (the clean-log proof matched each against the runner's format with real
+    calendar dates and times, so the parse never should)."""
     import pyarrow as pa
 
     whole = _mapped(seg.shared) if seg.shared is not None else None
@@ -549,23 +618,31 @@ def _fast_table(seg: _Fast) -> pl.DataFrame | None:
         data = buf(values)
         return pl.from_arrow(pa.Array.from_buffers(pa.int64(), data.size // 8, [None, data]))
 
-    def text(data: Any, offsets: Any) -> pl.Series:
+    def arrow_text(data: Any, offsets: Any) -> Any:
         offsets = buf(offsets)
-        return pl.from_arrow(pa.Array.from_buffers(pa.large_string(), offsets.size // 8 - 1,
-                                                   [None, offsets, buf(data)]))
+        return pa.Array.from_buffers(pa.large_string(), offsets.size // 8 - 1,
+                                     [None, offsets, buf(data)])
+
+    def text(data: Any, offsets: Any) -> pl.Series:
+        return pl.from_arrow(arrow_text(data, offsets))
 
     counts = seg.counts
     n = sum(counts)
 
-    def per_row(values: array) -> pl.Series:  # values[i] repeated counts[i] times
+    def per_row(values: Any) -> pl.Series:  # values[i] repeated counts[i] times
         return i64(b"".join([_PACK_Q(v) * c for v, c in zip(values, counts, strict=True)]))
 
+    stamps = arrow_text(*seg.strings[2])
+    try:  # (Arrow's ISO 8601 cast: ~10x polars' strptime; Array.cast imports no pandas)
+        created_at = pl.from_arrow(stamps.cast(pa.timestamp("us", "UTC")))
+    except (pa.ArrowInvalid, ValueError):
+        return None
     cols = {
-        "first_row": per_row(array("q", itertools.accumulate(counts, initial=0))[:-1]),
-        "file_start": per_row(array("q", itertools.accumulate(seg.sizes, initial=0))[:-1]),
+        "first_row": per_row(itertools.accumulate(counts[:-1], initial=rows_before)),
+        "file_start": per_row(itertools.accumulate(seg.sizes[:-1], initial=bytes_before)),
         "sequence": i64(seg.sequence), "data": text(*seg.data),
-        **{name: text(*st) for name, st in zip(("event_type", "event_id", "ts"), seg.strings,
-                                                strict=True)},
+        "event_type": text(*seg.strings[0]), "event_id": text(*seg.strings[1]),
+        "created_at": created_at, "ts": pl.from_arrow(stamps),
     }
     per_run = {name: values for name, values in zip(
         _RUN_COLUMNS, zip(*seg.runs, strict=True), strict=True)}
@@ -573,41 +650,42 @@ def _fast_table(seg: _Fast) -> pl.DataFrame | None:
         per_run["event_run_id"] = seg.run_ids
     else:
         cols["event_run_id"] = text(*seg.run_ids)
-    task = pl.col("task_id")
     if isinstance(seg.task_ids, list):
         per_run["task_id"] = seg.task_ids
     else:
         tid_text, tid_offsets, tid_present = seg.task_ids
-        cols["task_id"] = text(tid_text, tid_offsets)
-        cols["present"] = pl.from_arrow(pa.Array.from_buffers(pa.uint8(), n,
-                                                              [None, buf(tid_present)]))
-        task = pl.when(pl.col("present") != 0).then(task)
-    # the per-run strings by gather: polars' string views share each run's one copy (16
-    # bytes a row instead of the string; -90 MB at 969k rows against Arrow's take)
-    idx = per_row(array("q", range(len(counts))))
+        present = pl.from_arrow(pa.Array.from_buffers(pa.uint8(), n,
+                                                      [None, buf(tid_present)]))
+        cols["task_id"] = pl.select(pl.when(present != 0).then(text(tid_text, tid_offsets))
+                                    ).to_series().alias("task_id")
+    idx = per_row(range(len(counts)))
     schema = dict.fromkeys(per_run, pl.String)
     try:
         meta = pl.DataFrame(per_run, schema=schema)
     except UnicodeEncodeError:  # a run folder name that is not UTF-8: U+FFFD, as runs_df
         meta = pl.DataFrame(_without_lone_surrogates(per_run), schema=schema)
-    whole = pl.concat([pl.DataFrame(cols), meta.select(pl.all().gather(idx))],
-                      how="horizontal")
+    meta = meta.select(pl.all().gather(idx))
+    return pl.DataFrame([cols[name].alias(name) if name in cols else meta[name]
+                         for name in _RAW])
+
+
+def _finish(raw: pl.DataFrame, rows_before: int, bytes_before: int,
+            size: int) -> pl.DataFrame | None:
+    """The events columns of clean rows (:func:`_raw_columns`, the ones counted from
+    ``rows_before``/``bytes_before`` on; ``size``: their files' bytes); None if the lines'
+    lengths do not add up to the files' sizes (never: see :func:`_line_length`)."""
+    n = raw.height
     step = pl.col("byte_length") + 1
     exprs = {
-        "line_no": pl.int_range(1, n + 1, dtype=pl.Int64) - pl.col("first_row"),
-        "byte_offset": step.cum_sum() - step - pl.col("file_start"),
-        "created_at": pl.col("ts").str.to_datetime(_TS_FORMAT, time_unit="us",
-                                                   time_zone="UTC", strict=True),
-        "task_id": task, "text": pl.lit(None, pl.String),
-        "warnings": pl.lit([], pl.List(pl.String)),
+        "line_no": pl.int_range(rows_before + 1, rows_before + n + 1, dtype=pl.Int64)
+        - pl.col("first_row"),
+        "byte_offset": step.cum_sum() - step - (pl.col("file_start") - bytes_before),
+        "text": pl.lit(None, pl.String), "warnings": pl.lit([], pl.List(pl.String)),
     }
-    try:
-        frame = whole.with_columns(_line_length(task).alias("byte_length")).select(
-            exprs[name].alias(name) if name in exprs else pl.col(name)
-            for name, _t in _ARROW_COLUMNS)
-    except pl.exceptions.InvalidOperationError:  # a timestamp the parse refuses
-        return None
-    if frame["byte_length"].sum() + n != sum(seg.sizes):  # (never: see _line_length)
+    frame = raw.with_columns(_line_length(pl.col("task_id")).alias("byte_length")).select(
+        exprs[name].alias(name) if name in exprs else pl.col(name)
+        for name, _t in _ARROW_COLUMNS)
+    if frame["byte_length"].sum() + n != size:  # (never: see _line_length)
         return None
     return frame
 
@@ -619,7 +697,7 @@ def _line_length(task_id: pl.Expr) -> pl.Expr:
     ``,"task_id":`` tid ``}``; every string is its quoted value (timestamps in the runner's
     shape, the others plain with no quote or backslash: ``cleanlog._plain``, so nothing is
     escaped), ``data`` its exact text, the sequence its digits, a null task id ``null``.
-    :func:`_fast_table` checks the sum against the files' sizes all the same."""
+    :func:`_finish` checks the sum against the files' sizes all the same."""
     def quoted(e: pl.Expr) -> pl.Expr:
         return e.str.len_bytes().cast(pl.Int64) + 2
 
