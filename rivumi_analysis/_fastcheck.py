@@ -8,8 +8,12 @@ own lazy output (pandera's check backend ``apply``, the very expressions pandera
 evaluates), and one ``collect_all`` reduces them to booleans. It is at least as strict as
 pandera: a frame it passes, pandera passes; any other frame (or a model it cannot plan:
 coercion, defaults, parsers, regex or optional columns, ...) goes to pandera, whose result
-or error is the answer (``schemas._Base.validate``). ``tests/test_fastcheck.py`` proves the
-two agree on real tables and on mutated ones.
+or error is the answer (``schemas._Base.validate``). pandera is the oracle:
+``tests/test_fastcheck.py`` proves the two agree on real tables and on mutated ones. Any
+exception while planning or checking means "cannot tell" (pandera decides).
+
+``tables/events.py::_surely_valid`` is a separate check for the same purpose that needs no
+pandera at all (``events_df``'s parent process never imports pandera or pandas).
 """
 
 from __future__ import annotations
@@ -42,10 +46,15 @@ _SHAPES: dict[tuple[type, tuple[Any, ...]], bool] = {}
 
 
 def plan(model: type) -> Plan | None:
-    """The model's plan, or None when :func:`passes` cannot stand for pandera on it."""
+    """The model's plan, or None when :func:`passes` cannot stand for pandera on it (also
+    when planning raised: another pandera version's internals, say)."""
     if model in _PLANS:
         return _PLANS[model]
-    _PLANS[model] = p = _make_plan(model)
+    try:
+        p = _make_plan(model)
+    except Exception:  # noqa: BLE001 (pandera decides)
+        p = None
+    _PLANS[model] = p
     return p
 
 
@@ -88,9 +97,12 @@ def _shape_ok(model: type, p: Plan, df: pl.DataFrame) -> bool:
     key = (model, tuple(df.schema.items()))
     ok = _SHAPES.get(key)
     if ok is None:
-        ok = set(df.columns) == p.names and all(
-            p.schema.columns[c].dtype.check(dt, PolarsData(df.lazy().select(c), c)) is True
-            for c, dt in df.schema.items())
+        try:
+            ok = set(df.columns) == p.names and all(
+                p.schema.columns[c].dtype.check(dt, PolarsData(df.lazy().select(c), c)) is True
+                for c, dt in df.schema.items())
+        except Exception:  # noqa: BLE001 (pandera decides)
+            ok = False
         _SHAPES[key] = ok
     return ok
 

@@ -16,6 +16,7 @@ import math
 import pandera.polars as pa
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from rivumi_analysis import _fastcheck, schemas
 from rivumi_analysis.errors import SchemaValidationError
@@ -62,6 +63,11 @@ def test_sample_tables_pass_both(tables: dict[str, pl.DataFrame]) -> None:
         assert _fastcheck.passes(MODELS[name], df), name
         assert pandera_ok(MODELS[name], df), name
         assert MODELS[name].validate(df) is df  # the override returns the frame itself
+        # ... which is what pandera returns (dtypes, column order, values)
+        theirs = pa.DataFrameModel.validate.__func__(MODELS[name], df)  # type: ignore[attr-defined]
+        assert_frame_equal(df, theirs)
+        empty = df.clear()
+        assert _fastcheck.passes(MODELS[name], empty) == pandera_ok(MODELS[name], empty)
 
 
 def _candidates(model: type, df: pl.DataFrame, col: str) -> list[object]:
@@ -144,6 +150,24 @@ def test_a_failing_frame_raises_pandera_error(tables: dict[str, pl.DataFrame]) -
         schemas.EventsSchema.validate(df)  # lazy=False: pandera's first error
     lazy = schemas.EventsSchema.validate(tables["events"].lazy())  # a LazyFrame: pandera's
     assert isinstance(lazy, pl.LazyFrame)
+
+
+def test_planning_that_raises_means_pandera(monkeypatch: pytest.MonkeyPatch,
+                                            tables: dict[str, pl.DataFrame]) -> None:
+    """Another pandera version's internals (an attribute gone, say) never break a validate:
+    the model gets no plan and pandera validates it."""
+
+    class Fresh(schemas._Base):
+        a: pl.Int64 = pa.Field(ge=0)
+
+    def broken(model: type) -> None:
+        raise AttributeError("regex")
+
+    monkeypatch.setattr(_fastcheck, "_make_plan", broken)
+    assert _fastcheck.plan(Fresh) is None
+    assert Fresh.validate(pl.DataFrame({"a": [1]})).height == 1
+    with pytest.raises(pa.errors.SchemaError):
+        Fresh.validate(pl.DataFrame({"a": [-1]}))
 
 
 def test_a_model_without_plan_goes_to_pandera() -> None:
