@@ -121,31 +121,16 @@ def read_for_tables(loc: RunLocation, *, events_prefix: Any = None,
     """One read of a run that every table can be built from (:func:`chunk_frames`).
 
     The audit's reading (``read_run(clean=True)``: every file read, a clean native log kept
-    as ``cleanlog.CleanLog`` columns with no per-event object), with ``session.json``,
-    ``result.json`` and ``checkpoint.json`` parsed whole (the audit keeps only the keys it
-    reads; ``manifests``, ``messages``, ``usage`` and ``runs`` read more). ``events_prefix``
-    and ``decoded_out`` as for ``read_run`` (a run with a prefix is read exactly).
+    as ``cleanlog.CleanLog`` columns with no per-event object) with its documents parsed
+    whole (``whole_docs=True``: ``manifests``, ``messages``, ``usage``, ``drift`` and
+    ``runs`` read more of ``session.json`` than the audit keeps; the msgspec twin of the
+    manifest as the audit decides it). ``events_prefix`` and ``decoded_out`` as for
+    ``read_run`` (a run with a prefix is read exactly).
     """
-    from ..read.columnar import engine
-    from ..read.snapshot import _parse_json_doc
-
-    run = read_run(loc.run_dir, is_subagent=loc.is_subagent, parent_run_dir=loc.parent_run_dir,
-                   source_root=loc.source_root, events_prefix=events_prefix,
-                   decoded_out=decoded_out, clean=True, held_locks=held_locks)
-    if engine() == "exact":  # read_run(clean=True) parsed every document whole
-        return run
-    files = run.files
-    manifest, manifest_error = run.manifest, run.manifest_error
-    if run.manifest_model is not None:
-        # the twin accepted the bytes: a JSON object that parses without error
-        doc, _err = _parse_json_doc(files["session.json"])
-        manifest = doc if isinstance(doc, dict) else manifest
-    import dataclasses
-
-    return dataclasses.replace(
-        run, manifest=manifest, manifest_error=manifest_error,
-        result=_parse_json_doc(files["result.json"])[0],
-        checkpoint=_parse_json_doc(files["checkpoint.json"])[0])
+    return read_run(loc.run_dir, is_subagent=loc.is_subagent, parent_run_dir=loc.parent_run_dir,
+                    source_root=loc.source_root, events_prefix=events_prefix,
+                    decoded_out=decoded_out, clean=True, held_locks=held_locks,
+                    whole_docs=True)
 
 
 def read_runs_for_tables(locations: Iterable[RunLocation | str]) -> list[RunData]:
