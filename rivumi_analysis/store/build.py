@@ -363,31 +363,6 @@ def _by_kind(df: Any) -> dict[Any, Any]:
     return df.partition_by("kind", as_dict=True, maintain_order=True)
 
 
-def _dictionary_columns(schema: Any) -> list[str]:
-    """The Parquet leaf columns to dictionary-encode: the strings (also in lists and
-    structs), where values repeat (run_dir, event_type, ...); numbers, booleans and
-    timestamps are written plain (their dictionaries cost ~10 % of the write time for a
-    few bytes). Leaf paths as Parquet names them (``tags.list.element``, ``s.field``).
-
-    >>> import pyarrow as pa
-    >>> _dictionary_columns(pa.schema({"a": pa.string(), "n": pa.int64(),
-    ...                                "l": pa.list_(pa.string())}))
-    ['a', 'l.list.element']
-    """
-    import pyarrow as pa
-
-    def leaves(name: str, t: Any) -> list[str]:
-        if pa.types.is_string(t):
-            return [name]
-        if pa.types.is_list(t):
-            return leaves(f"{name}.list.element", t.value_type)
-        if pa.types.is_struct(t):
-            return [p for f in t for p in leaves(f"{name}.{f.name}", f.type)]
-        return []
-
-    return [p for f in schema for p in leaves(f.name, f.type)]
-
-
 def write_parts(tables: Mapping[str, Any], out_dir: str | os.PathLike[str], key: str, *,
                 kinds: Mapping[str, str] | None = None, metadata: Mapping[str, str] | None = None,
                 transform: Any = None, keep_empty: bool = False) -> dict[str, Any]:
@@ -436,8 +411,7 @@ def write_parts(tables: Mapping[str, Any], out_dir: str | os.PathLike[str], key:
             arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), **meta})
             tmp = os.path.join(os.path.dirname(path), f".part-{key}.parquet.{os.getpid()}.tmp")
             pq.write_table(arrow, tmp, compression="zstd", coerce_timestamps="us",
-                           allow_truncated_timestamps=False,
-                           use_dictionary=_dictionary_columns(arrow.schema))
+                           allow_truncated_timestamps=False)
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
