@@ -170,11 +170,33 @@ def test_verdict_mutations_stay_clean_and_equal() -> None:
             assert was_clean == (name != "brackets_in_run_id"), name
 
 
+def _audit_reading_documents_whole(loc: Any) -> Any:
+    """The oracle of ``whole_docs``: the audit's reading (``read_run(clean=True)``) with
+    the three documents parsed whole afterwards (``store.build.read_for_tables`` as it was
+    before it used ``whole_docs``)."""
+    import dataclasses
+
+    from rivumi_analysis.read.snapshot import _parse_json_doc
+
+    run = read_run(loc.run_dir, is_subagent=loc.is_subagent, parent_run_dir=loc.parent_run_dir,
+                   source_root=loc.source_root, clean=True)
+    if _columnar.engine() == "exact":  # every document parsed whole already
+        return run
+    files, manifest = run.files, run.manifest
+    if run.manifest_model is not None:
+        doc, _err = _parse_json_doc(files["session.json"])
+        manifest = doc if isinstance(doc, dict) else manifest
+    return dataclasses.replace(run, manifest=manifest,
+                               result=_parse_json_doc(files["result.json"])[0],
+                               checkpoint=_parse_json_doc(files["checkpoint.json"])[0])
+
+
 def test_whole_docs_reads_what_the_store_reads(tmp_path: Path) -> None:
-    """``read_run(clean=True, whole_docs=True)`` (the store's reading mode) gives what
-    ``store.build.read_for_tables`` makes of the audit's reading: every document whole,
-    the manifest twin where it accepts the bytes, the same kind, run id and clean log; on
-    every sample run, with damaged manifests, checkpoints and results."""
+    """``read_run(clean=True, whole_docs=True)`` (the store's reading mode) gives the
+    audit's reading with every document parsed whole afterwards: the documents whole, the
+    manifest twin where it accepts the bytes, the same kind, run id and clean log; on every
+    sample run, with damaged manifests, checkpoints and results. The store reads so
+    (``store.build.read_for_tables``)."""
     from rivumi_analysis.store.build import read_for_tables
 
     copy = tmp_path / "runs"
@@ -192,12 +214,13 @@ def test_whole_docs_reads_what_the_store_reads(tmp_path: Path) -> None:
               "events", "files", "listing", "manifest_model", "request", "backend_result")
     clean = 0
     for loc in locs:
-        want = read_for_tables(loc)
+        want = _audit_reading_documents_whole(loc)
         got = read_run(loc.run_dir, is_subagent=loc.is_subagent,
                        parent_run_dir=loc.parent_run_dir, source_root=loc.source_root,
                        clean=True, whole_docs=True)
+        store = read_for_tables(loc)
         for f in fields:
-            assert getattr(got, f) == getattr(want, f), (loc.run_dir, f)
-        assert type(got.fast) is type(want.fast)
+            assert getattr(got, f) == getattr(want, f) == getattr(store, f), (loc.run_dir, f)
+        assert type(got.fast) is type(want.fast) is type(store.fast)
         clean += isinstance(got.fast, CleanLog) and got.manifest_model is not None
     assert clean  # the twin and the columns are exercised
