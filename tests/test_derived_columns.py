@@ -14,6 +14,7 @@ runs.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 from datetime import UTC, datetime
@@ -224,7 +225,7 @@ def test_planted_bug_in_a_column_builder_fails(monkeypatch: pytest.MonkeyPatch,
             row[tc._COLUMNS.index("step")] = 2
         return rows
 
-    monkeypatch.setattr(tc, "_fast_rows", bad)
+    monkeypatch.setattr(tc, "BUILDERS", dataclasses.replace(tc.BUILDERS, fast_rows=bad))
     with pytest.raises(AssertionError):
         _check(str(tmp_path))
 

@@ -1,8 +1,8 @@
 """Derived tables and ``states_df`` on the columnar engine equal the object builders (issue 10).
 
 ``tool_calls_df``, ``approvals_df``, ``model_calls_df``, ``usage_df`` and ``verifications_df``
-read a path source for columns (``tables._common.load_columnar``: fast-path logs get snapshot
-events for the types the table reads only, in worker processes for a large fleet);
+read a path source for columns (``tables._common.load_columnar``: fast-path logs are built by
+the table's column builder, in worker processes for a large fleet);
 ``states_df`` feeds the columnar rows to the vectorised engine. The oracle is each table's
 object builder over the complete snapshots (``load_fleet``), compared whole-frame with
 ``assert_frame_equal``: every sample run, a generated corpus (in a pool and in-process, with
@@ -43,9 +43,8 @@ def _oracle(name: str, runs: list[Any]) -> pl.DataFrame:
 
 def _columnar_table(name: str, source: str, jobs: int | None = None) -> pl.DataFrame:
     m = _module(name)
-    return _common.load_columnar(source, strict=False, max_depth=8,
-                                 rows=getattr(m, f"{name}_rows"), model=m._model(),
-                                 wants=m.WANTS, jobs=jobs)
+    return _common.load_columnar(source, strict=False, max_depth=8, model=m._model(),
+                                 builders=m.BUILDERS, jobs=jobs)
 
 
 def _check_events(source: str, runs: list[Any], jobs: tuple[int | None, ...]) -> int:
@@ -109,8 +108,8 @@ def test_strict_raises_for_a_quarantined_line_in_a_pool(corpus: str, tmp_path: P
     m = _module("tool_calls")
     assert m.tool_calls_df(str(copy)).height  # not strict: loads, the line quarantined
     with pytest.raises(QuarantineError) as err:
-        _common.load_columnar(str(copy), strict=True, max_depth=8, rows=m.tool_calls_rows,
-                              model=m._model(), wants=m.WANTS, jobs=2)
+        _common.load_columnar(str(copy), strict=True, max_depth=8, model=m._model(),
+                              builders=m.BUILDERS, jobs=2)
     assert str(log) in err.value.quarantine["file"].to_list()
     from rivumi_analysis.tables.events import load_events
 

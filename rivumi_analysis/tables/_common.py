@@ -7,12 +7,13 @@ Each table's own logic (what a row is, how rows are built from events) lives in 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -91,35 +92,67 @@ Wants = tuple[frozenset[str], tuple[str, ...]]
 """Event types a table reads: exact names and name prefixes."""
 
 
+# --- derived tables as columns --------------------------------------------------------------
+
+def is_clean(run: RunData) -> bool:
+    """Whether ``run`` is a clean log handed over as columns: ``fast`` is the
+    ``columnar.Decoded`` of a log the clean-log proof accepted (the store's chunk), so the
+    exact reading would give one warning-free event per line, in the same order, with the
+    same ``data`` (every value re-encodes to the line's exact bytes)."""
+    from ..read.columnar import Decoded
+
+    return isinstance(run.fast, Decoded)
+
+
+@dataclasses.dataclass(frozen=True)
+class Builders:
+    """How a derived table is built from runs: ``fast_rows`` for the runs ``clean`` accepts
+    (the table's column builder over the clean log: positional rows in ``names`` order,
+    timestamps as the log's ``created_at`` text), ``exact_rows`` for every other run (the
+    table's row builder over ``RunData.events``: the oracle). ``times``, ``lists`` and
+    ``seconds`` (column, start, end) as for :func:`columns_frame`. Plain functions only: the
+    builders travel to worker processes."""
+
+    fast_rows: Callable[[list[RunData]], list[Any]]
+    exact_rows: Callable[[list[RunData]], list[dict[str, Any]]]
+    names: tuple[str, ...]
+    times: tuple[str, ...] = ()
+    lists: tuple[str, ...] = ()
+    seconds: tuple[tuple[str, str, str], ...] = ()
+    clean: Callable[[RunData], bool] = is_clean
+
+
+Parts = list[tuple[bool, list[Any]]]
+"""Rows of runs in order, in groups: (built by the column builder, rows)."""
+
+
 def load_columnar(source: Source | None, *, strict: bool, max_depth: int,
-                  rows: Callable[[Iterable[RunData]], list[dict[str, Any]]],
-                  model: type[pa.DataFrameModel], wants: Wants,
+                  model: type[pa.DataFrameModel], builders: Builders,
                   jobs: int | None = None) -> pl.DataFrame:
     """The loader flow of a table derived from some event types, on the columnar engine.
 
     Runs are read for columns (``read_run(columnar=True)``), in worker processes for a large
-    fleet. A log on the columnar fast path gets snapshot events for the types in ``wants``
-    only, built from the one whole-file decode (the same objects the exact reading builds for
-    those lines); any other log is read exactly. ``rows`` (the table's own row builder, the
-    same code as for loaded runs) runs in the workers, which hand back plain rows; the parent
-    builds and validates the frame. Loaded runs (a fleet) take :func:`load`.
+    fleet. A log on the columnar fast path whose batch checks pass (:func:`checked_views`) is
+    built by the table's column builder, any other log is read exactly and built by its row
+    builder (:func:`derived_parts`). The workers hand back plain rows; the parent builds and
+    validates the frame. Loaded runs (a fleet) take :func:`load` and the row builder.
     """
     from ..read.snapshot import Fleet
 
     if isinstance(source, (Fleet, RunData)) or (isinstance(source, (list, tuple)) and source
                                                 and all(isinstance(r, RunData) for r in source)):
         return load(source, strict=strict, max_depth=max_depth,
-                    builder=lambda runs: frame(rows(runs), model))
+                    builder=lambda runs: frame(builders.exact_rows(runs), model))
     from ..read.discovery import discover
 
     locations = discover(source, max_depth=max_depth).runs
-    work = functools.partial(_rows_chunk, rows=rows, wants=wants)
-    out: list[dict[str, Any]] = []
+    parts: Parts = []
     quarantined: list[RunData] = []
-    for part, bad in map_chunks(work, locations, jobs):
-        out.extend(part)
+    for part, bad in map_chunks(functools.partial(_parts_chunk, builders=builders),
+                                locations, jobs):
+        parts.extend(part)
         quarantined.extend(bad)
-    table = frame(out, model)
+    table = parts_frame(parts, builders, model)
     check_strict(quarantined, strict)
     return table
 
@@ -154,103 +187,68 @@ def map_chunks(work: Callable[[list[Any]], Any], locations: list[Any],
         return [work(locations)]
 
 
-def _rows_chunk(locations: list[Any], *, rows: Callable[[Iterable[RunData]], list[dict[str, Any]]],
-                wants: Wants) -> tuple[list[dict[str, Any]], list[RunData]]:
-    """Rows of some runs (read for columns) and the runs with quarantined lines."""
+def _parts_chunk(locations: list[Any], *, builders: Builders) -> tuple[Parts, list[RunData]]:
+    """:func:`derived_parts` of some runs (read for columns) and the runs with quarantined
+    lines."""
     from ..read.snapshot import iter_runs
 
     with gc_paused():
         runs = list(iter_runs(locations, columnar=True))
         quarantined = [run for run in runs if run.quarantined]
-        return rows(event_views(runs, wants)), quarantined
+        return derived_parts(checked_views(runs, builders.clean), builders), quarantined
 
 
-def event_views(runs: list[RunData], wants: Wants) -> list[RunData]:
-    """``runs`` (read for columns) as snapshots whose ``events`` hold the types in ``wants``.
-
-    A run on the columnar fast path whose batch checks pass
-    (:func:`rivumi_analysis.read.columnar.columns`) gets the exact reading's ``Event`` objects
-    for those types only (built as ``read.snapshot.fast_lines_and_events`` builds them); any
-    other run is its complete snapshot (:func:`rivumi_analysis.read.snapshot.exact_run`).
-    """
-    import dataclasses
-
+def checked_views(runs: list[RunData], clean: Callable[[RunData], bool] = is_clean,
+                  ) -> list[RunData]:
+    """``runs`` (read for columns) as the column builders take them: a run on the columnar
+    fast path keeps its ``columnar.Decoded`` when its batch checks pass
+    (:func:`rivumi_analysis.read.columnar.columns`: timestamps, line lengths, nesting) and
+    ``clean`` accepts it; any other run is its complete snapshot
+    (:func:`rivumi_analysis.read.snapshot.exact_run`)."""
     from ..read.columnar import columns
     from ..read.snapshot import exact_run
 
     fast = [k for k, r in enumerate(runs) if r.fast is not None]
     if not fast:
         return runs
-    names, prefixes = wants
-    table, ok = columns([runs[k].fast for k in fast])
-    offsets = table["byte_offset"].to_pylist()
-    lengths = table["byte_length"].to_pylist()
+    _table, ok = columns([runs[k].fast for k in fast])
     out = list(runs)
-    start = 0
     for k, good in zip(fast, ok, strict=True):
-        run = runs[k]
-        if not good:
-            out[k] = exact_run(run)
-            continue
-        dec = run.fast
-        events = []
-        for j, e in enumerate(dec.envelopes):
-            et = e.event_type
-            if et in names or (prefixes and et.startswith(prefixes)):
-                events.append(_fast_event(e, dec.objects[j], j + 1, offsets[start + j],
-                                          lengths[start + j]))
-        start += len(dec)
-        out[k] = dataclasses.replace(run, events=events, fast=None)
+        if not (good and clean(runs[k])):
+            out[k] = exact_run(runs[k])
     return out
 
 
-def _fast_event(e: Any, obj: dict[str, Any], line_no: int, offset: int, length: int) -> Any:
-    """The exact reading's ``Event`` of a line on the columnar fast path."""
-    from ..read.snapshot import Event
-
-    ts = e.created_at
-    return Event(line_no, offset, length, e.sequence, e.event_type, e.run_id, e.task_id,
-                 e.event_id, datetime.fromisoformat(ts), None, bytes(e.data).decode("utf-8"),
-                 obj, (), {"created_at": ts, "data": obj, "event_id": e.event_id,
-                           "event_type": e.event_type, "run_id": e.run_id,
-                           "sequence": e.sequence, "task_id": e.task_id})
+def derived_parts(runs: Iterable[RunData], builders: Builders) -> Parts:
+    """The rows of ``runs`` (no polars: safe in a forked worker), each run by the builder that
+    fits it, in run order."""
+    return [(fast, (builders.fast_rows if fast else builders.exact_rows)(list(group)))
+            for fast, group in itertools.groupby(runs, key=builders.clean)]
 
 
-# --- derived tables as columns --------------------------------------------------------------
-
-def is_clean(run: RunData) -> bool:
-    """Whether ``run`` is a clean log handed over as columns: ``fast`` is the
-    ``columnar.Decoded`` of a log the clean-log proof accepted (the store's chunk), so the
-    exact reading would give one warning-free event per line, in the same order, with the
-    same ``data`` (every value re-encodes to the line's exact bytes)."""
-    from ..read.columnar import Decoded
-
-    return isinstance(run.fast, Decoded)
+def derived_frame(runs: Iterable[RunData], builders: Builders,
+                  model: type[pa.DataFrameModel]) -> pl.DataFrame:
+    """The derived table of ``runs``, validated (:func:`derived_parts`, :func:`parts_frame`)."""
+    return parts_frame(derived_parts(runs, builders), builders, model)
 
 
-def derived_frame(runs: Sequence[RunData], *, fast_rows: Callable[[list[RunData]], list[Any]],
-                  exact_rows: Callable[[list[RunData]], list[dict[str, Any]]],
-                  model: type[pa.DataFrameModel], names: tuple[str, ...],
-                  times: tuple[str, ...] = (), lists: tuple[str, ...] = (),
-                  seconds: Mapping[str, tuple[str, str]] | None = None,
-                  clean: Callable[[RunData], bool] = is_clean) -> pl.DataFrame:
-    """A derived table of ``runs``, validated: the runs ``clean`` accepts by ``fast_rows``
-    (the table's column builder over the clean log: positional rows in ``names`` order,
-    timestamps as the log's ``created_at`` text, durations left to ``seconds``), every other
-    run by ``exact_rows`` (the table's row builder over ``RunData.events``: the oracle).
-    Rows keep the order of ``runs``; see :func:`columns_frame` for the columns."""
+def parts_frame(parts: Parts, builders: Builders,
+                model: type[pa.DataFrameModel]) -> pl.DataFrame:
+    """The validated frame of :func:`derived_parts` (consecutive groups of one kind merged)."""
     schema = polars_schema(model)
-    parts: list[pl.DataFrame] = []
-    for fast, group in itertools.groupby(runs, key=clean):
-        batch = list(group)
-        if fast:
-            parts.append(columns_frame(fast_rows(batch), names, schema, times=times,
-                                       lists=lists, seconds=seconds))
+    merged: Parts = []
+    for fast, rows in parts:
+        if merged and merged[-1][0] == fast:
+            merged[-1][1].extend(rows)
         else:
-            parts.append(rows_frame(exact_rows(batch), schema, strict=False))
-    if not parts:
+            merged.append((fast, list(rows)))
+    frames = [columns_frame(rows, builders.names, schema, times=builders.times,
+                            lists=builders.lists,
+                            seconds={c: (a, b) for c, a, b in builders.seconds})
+              if fast else rows_frame(rows, schema, strict=False) for fast, rows in merged]
+    if not frames:
         return validate(pl.DataFrame(schema=schema), model)
-    return validate(pl.concat(parts, how="vertical") if len(parts) > 1 else parts[0], model)
+    return validate(pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0], model)
 
 
 def columns_frame(rows: list[Any], names: tuple[str, ...], schema: Mapping[str, pl.DataType], *,

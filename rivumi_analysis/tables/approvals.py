@@ -9,10 +9,10 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import _seconds, _str, derived_frame, frame, load_columnar
+from ._common import Builders, _seconds, _str, derived_frame, frame, load_columnar
 
 WANTS = (frozenset(), ("approval.",))
-"""The event types this table reads (names, prefixes): the columnar loader builds no other."""
+"""The event types this table reads (names, prefixes); its builders read no other."""
 
 
 def approvals_frame(runs: Iterable[RunData]) -> pl.DataFrame:
@@ -61,8 +61,7 @@ def approvals_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
 def approvals_table(runs: Sequence[RunData]) -> pl.DataFrame:
     """The table of ``runs``: clean logs handed over as columns (``fast``, the store's chunk)
     by :func:`_fast_rows`, every other run by :func:`approvals_rows` (the oracle)."""
-    return derived_frame(runs, fast_rows=_fast_rows, exact_rows=approvals_rows, model=_model(),
-                         names=_COLUMNS, **_FRAME)
+    return derived_frame(runs, BUILDERS, _model())
 
 
 _COLUMNS = ("run_dir", "run_id", "request_id", "action_id", "effect", "reason", "policy_reason",
@@ -71,8 +70,6 @@ _COLUMNS = ("run_dir", "run_id", "request_id", "action_id", "effect", "reason", 
 _POLICY, _OUTCOME, _DECISION, _REQ_SEQ, _CLOSED_SEQ, _REQ_AT, _CLOSED_AT = map(_COLUMNS.index, (
     "policy_reason", "outcome", "decision", "requested_sequence", "closed_sequence",
     "requested_at", "closed_at"))
-_FRAME: dict[str, Any] = {"times": ("requested_at", "closed_at"),
-                          "seconds": {"wait_seconds": ("requested_at", "closed_at")}}
 _CLOSING = {"approval.resolved": "resolved", "approval.reused": "reused",
             "approval.abandoned": "abandoned"}
 
@@ -114,6 +111,15 @@ def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
     return rows
 
 
+BUILDERS = Builders(
+    _fast_rows,
+    approvals_rows,
+    _COLUMNS,
+    times=("requested_at", "closed_at"),
+    seconds=(("wait_seconds", "requested_at", "closed_at"),))
+"""How the loader and the store build this table (``tables._common.Builders``)."""
+
+
 def approvals_df(source: Any = None, *, strict: bool = False,
                  max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
     """One row per approval request: requested then resolved, reused or abandoned, with the decision and the wait time.
@@ -137,8 +143,8 @@ def approvals_df(source: Any = None, *, strict: bool = False,
     >>> df["decision"].to_list().count("allow_session")
     1
     """
-    return load_columnar(source, strict=strict, max_depth=max_depth, rows=approvals_rows,
-                         model=_model(), wants=WANTS)
+    return load_columnar(source, strict=strict, max_depth=max_depth, model=_model(),
+                         builders=BUILDERS)
 
 
 def _model() -> Any:

@@ -29,7 +29,16 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import _bool, _int, _str, derived_frame, frame, load, usage_columns
+from ._common import (
+    Builders,
+    _bool,
+    _int,
+    _str,
+    derived_frame,
+    frame,
+    load,
+    usage_columns,
+)
 
 __all__ = ["messages_df", "messages_frame"]
 
@@ -44,7 +53,7 @@ _EVENT_TEXT = {  # event type -> (item, role, data key holding the text)
 _WITH_USAGE = ("model.completed", "role_lane.completed")  # the only ones whose event has usage
 WANTS = (frozenset({"model.requested", "message", *_EVENT_TEXT}), ())
 """The event types this table reads (names, prefixes; ``message``: external runs only, which
-are never on the columnar path): the store's columnar builder builds no other."""
+the row builder reads); its builders read no other."""
 
 
 def _row(run: RunData, source: str, item: str, role: str | None, **cols: Any) -> dict[str, Any]:
@@ -139,11 +148,7 @@ def messages_frame(runs: Iterable[RunData]) -> pl.DataFrame:
 def messages_table(runs: Sequence[RunData]) -> pl.DataFrame:
     """The table of ``runs``: native clean logs handed over as columns (``fast``, the store's
     chunk) by :func:`_fast_rows`, every other run by the row builders (the oracle)."""
-    return derived_frame(runs, fast_rows=_fast_rows, exact_rows=_exact_rows, model=_model(),
-                         names=_COLUMNS, clean=_clean, **_FRAME)
-
-
-_FRAME: dict[str, Any] = {"times": ("created_at",), "lists": ("tool_calls", "tool_call_ids")}
+    return derived_frame(runs, BUILDERS, _model())
 
 
 def _clean(run: RunData) -> bool:
@@ -267,3 +272,13 @@ _COLUMNS = ("run_dir", "run_id", "source", "position", "sequence", "line_no", "c
             "step", "item", "role", "content", "content_clipped", "tool_calls",
             "tool_call_ids", "tool_calls_json", "tool_call_id", "tool_name", "ok", "error",
             "context_source", "input_tokens", "output_tokens", "total_tokens")
+
+
+BUILDERS = Builders(
+    _fast_rows,
+    _exact_rows,
+    _COLUMNS,
+    times=("created_at",),
+    lists=("tool_calls", "tool_call_ids"),
+    clean=_clean)
+"""How the store builds this table from runs read clean (``tables._common.Builders``)."""

@@ -10,6 +10,7 @@ import polars as pl
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
 from ._common import (
+    Builders,
     _int,
     _seconds,
     _str,
@@ -21,7 +22,7 @@ from ._common import (
 
 WANTS = (frozenset({"run.created", "session.resumed", "session.continued", "model.requested",
                    "model.retry", "model.fallback", "model.completed", "model.failed"}), ())
-"""The event types this table reads (names, prefixes): the columnar loader builds no other."""
+"""The event types this table reads (names, prefixes); its builders read no other."""
 
 
 def model_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
@@ -86,8 +87,7 @@ def model_calls_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
 def model_calls_table(runs: Sequence[RunData]) -> pl.DataFrame:
     """The table of ``runs``: clean logs handed over as columns (``fast``, the store's chunk)
     by :func:`_fast_rows`, every other run by :func:`model_calls_rows` (the oracle)."""
-    return derived_frame(runs, fast_rows=_fast_rows, exact_rows=model_calls_rows,
-                         model=_model(), names=_COLUMNS, **_FRAME)
+    return derived_frame(runs, BUILDERS, _model())
 
 
 _COLUMNS = ("run_dir", "run_id", "step", "requested_sequence", "requested_line_no",
@@ -96,8 +96,6 @@ _COLUMNS = ("run_dir", "run_id", "step", "requested_sequence", "requested_line_n
             "requested_provider", "requested_model", "failure_kind", "input_tokens",
             "output_tokens", "cached_input_tokens", "reasoning_tokens", "provider_total_tokens",
             "total_tokens")
-_FRAME: dict[str, Any] = {"times": ("requested_at", "completed_at"), "lists": ("tool_calls",),
-                          "seconds": {"duration_seconds": ("requested_at", "completed_at")}}
 (_DONE_SEQ, _DONE_AT, _OUTCOME, _FINISH, _TOOL_CALLS, _RETRIES, _FALLBACKS, _PROVIDER, _MODEL,
  _FAILURE, _TOKENS) = map(_COLUMNS.index, (
     "completed_sequence", "completed_at", "outcome", "finish_reason", "tool_calls", "retries",
@@ -154,6 +152,16 @@ def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
     return rows
 
 
+BUILDERS = Builders(
+    _fast_rows,
+    model_calls_rows,
+    _COLUMNS,
+    times=("requested_at", "completed_at"),
+    lists=("tool_calls",),
+    seconds=(("duration_seconds", "requested_at", "completed_at"),))
+"""How the loader and the store build this table (``tables._common.Builders``)."""
+
+
 def model_calls_df(source: Any = None, *, strict: bool = False,
                    max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
     """One row per model step: usage, finish reason, retries and fallbacks, duration.
@@ -177,8 +185,8 @@ def model_calls_df(source: Any = None, *, strict: bool = False,
     >>> int(df["total_tokens"].sum())
     7583
     """
-    return load_columnar(source, strict=strict, max_depth=max_depth, rows=model_calls_rows,
-                         model=_model(), wants=WANTS)
+    return load_columnar(source, strict=strict, max_depth=max_depth, model=_model(),
+                         builders=BUILDERS)
 
 
 def _model() -> Any:

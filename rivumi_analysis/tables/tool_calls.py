@@ -10,6 +10,7 @@ import polars as pl
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
 from ._common import (
+    Builders,
     _bool,
     _int,
     _seconds,
@@ -23,7 +24,7 @@ from ._common import (
 )
 
 WANTS = (frozenset({"model.requested"}), ("tool.",))
-"""The event types this table reads (names, prefixes): the columnar loader builds no other."""
+"""The event types this table reads (names, prefixes); its builders read no other."""
 
 
 def tool_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
@@ -95,8 +96,7 @@ def tool_calls_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
 def tool_calls_table(runs: Sequence[RunData]) -> pl.DataFrame:
     """The table of ``runs``: clean logs handed over as columns (``fast``, the store's chunk)
     by :func:`_fast_rows`, every other run by :func:`tool_calls_rows` (the oracle)."""
-    return derived_frame(runs, fast_rows=_fast_rows, exact_rows=tool_calls_rows, model=_model(),
-                         names=_COLUMNS, **_FRAME)
+    return derived_frame(runs, BUILDERS, _model())
 
 
 _COLUMNS = ("run_dir", "run_id", "tool_call_id", "name", "effect", "step", "requested_sequence",
@@ -111,8 +111,6 @@ _COLUMNS = ("run_dir", "run_id", "tool_call_id", "name", "effect", "step", "requ
     "requested_at", "started_at", "completed_at", "executed", "ok", "error", "outcome",
     "in_batch", "arguments_omitted", "arguments", "arguments_preview", "arguments_bytes",
     "result_bytes", "result_clipped"))
-_FRAME: dict[str, Any] = {"times": ("requested_at", "started_at", "completed_at"),
-                          "seconds": {"duration_seconds": ("started_at", "completed_at")}}
 
 
 def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
@@ -192,6 +190,15 @@ def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
     return rows
 
 
+BUILDERS = Builders(
+    _fast_rows,
+    tool_calls_rows,
+    _COLUMNS,
+    times=("requested_at", "started_at", "completed_at"),
+    seconds=(("duration_seconds", "started_at", "completed_at"),))
+"""How the loader and the store build this table (``tables._common.Builders``)."""
+
+
 def _tool_outcome(row: dict[str, Any]) -> str:
     err = row["error"] or ""
     if row["completed_sequence"] is None:
@@ -228,8 +235,8 @@ def tool_calls_df(source: Any = None, *, strict: bool = False,
     >>> df["outcome"].value_counts().sort("outcome").rows()
     [('error', 2), ('ok', 4)]
     """
-    return load_columnar(source, strict=strict, max_depth=max_depth, rows=tool_calls_rows,
-                         model=_model(), wants=WANTS)
+    return load_columnar(source, strict=strict, max_depth=max_depth, model=_model(),
+                         builders=BUILDERS)
 
 
 def _model() -> Any:

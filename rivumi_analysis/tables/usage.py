@@ -9,11 +9,11 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import _float, _str, derived_frame, frame, load_columnar, usage_columns
+from ._common import Builders, _float, _str, derived_frame, frame, load_columnar, usage_columns
 
 WANTS = (frozenset({"run.created", "session.resumed", "session.continued", "model.requested",
                    "model.fallback", "model.completed", "role_lane.completed"}), ())
-"""The event types this table reads (names, prefixes): the columnar loader builds no other."""
+"""The event types this table reads (names, prefixes); its builders read no other."""
 
 
 def usage_frame(runs: Iterable[RunData]) -> pl.DataFrame:
@@ -80,8 +80,7 @@ def _usage_row(run: RunData, i: int, source: str, lane: str, provider: str | Non
 def usage_table(runs: Sequence[RunData]) -> pl.DataFrame:
     """The table of ``runs``: clean logs handed over as columns (``fast``, the store's chunk)
     by :func:`_fast_rows`, every other run by :func:`usage_rows` (the oracle)."""
-    return derived_frame(runs, fast_rows=_fast_rows, exact_rows=usage_rows, model=_model(),
-                         names=_COLUMNS)
+    return derived_frame(runs, BUILDERS, _model())
 
 
 _COLUMNS = ("run_dir", "run_id", "index", "source", "lane", "provider", "model", "input_tokens",
@@ -132,6 +131,13 @@ def _fast_rows(runs: list[RunData]) -> list[tuple[Any, ...]]:
     return rows
 
 
+BUILDERS = Builders(
+    _fast_rows,
+    usage_rows,
+    _COLUMNS)
+"""How the loader and the store build this table (``tables._common.Builders``)."""
+
+
 def _fast_row(run: RunData, i: int, source: str, lane: str, provider: str | None,
               model: str | None, usage: Any, cost: Any) -> tuple[Any, ...]:
     """:func:`_usage_row` as a positional row."""
@@ -175,8 +181,8 @@ def usage_df(source: Any = None, *, strict: bool = False,
     >>> df["lane"].unique().to_list()
     ['primary']
     """
-    return load_columnar(source, strict=strict, max_depth=max_depth, rows=usage_rows,
-                         model=_model(), wants=WANTS)
+    return load_columnar(source, strict=strict, max_depth=max_depth, model=_model(),
+                         builders=BUILDERS)
 
 
 def cost_by_model(usage: pl.DataFrame, *, by: tuple[str, ...] = ("provider", "model")

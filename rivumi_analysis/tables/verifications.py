@@ -9,11 +9,11 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import Event, RunData
-from ._common import _bool, _float, _int, _str, derived_frame, frame, load_columnar
+from ._common import Builders, _bool, _float, _int, _str, derived_frame, frame, load_columnar
 
 WANTS = (frozenset({"verification.started", "verification.completed",
                    "verification.reused"}), ())
-"""The event types this table reads (names, prefixes): the columnar loader builds no other."""
+"""The event types this table reads (names, prefixes); its builders read no other."""
 
 
 def verifications_frame(runs: Iterable[RunData]) -> pl.DataFrame:
@@ -77,14 +77,12 @@ def _ver_row(run: RunData, name: str | None, argv: list[str], outcome: str, star
 def verifications_table(runs: Sequence[RunData]) -> pl.DataFrame:
     """The table of ``runs``: clean logs handed over as columns (``fast``, the store's chunk)
     by :func:`_fast_rows`, every other run by :func:`verifications_rows` (the oracle)."""
-    return derived_frame(runs, fast_rows=_fast_rows, exact_rows=verifications_rows,
-                         model=_model(), names=_COLUMNS, **_FRAME)
+    return derived_frame(runs, BUILDERS, _model())
 
 
 _COLUMNS = ("run_dir", "run_id", "name", "argv", "outcome", "started_sequence",
             "completed_sequence", "started_at", "completed_at", "ok", "exit_code",
             "duration_seconds")
-_FRAME: dict[str, Any] = {"times": ("started_at", "completed_at"), "lists": ("argv",)}
 _ARGV, _OUTCOME, _DONE_SEQ, _DONE_AT, _OK, _EXIT, _DURATION = map(_COLUMNS.index, (
     "argv", "outcome", "completed_sequence", "completed_at", "ok", "exit_code",
     "duration_seconds"))
@@ -133,6 +131,15 @@ def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
     return rows
 
 
+BUILDERS = Builders(
+    _fast_rows,
+    verifications_rows,
+    _COLUMNS,
+    times=("started_at", "completed_at"),
+    lists=("argv",))
+"""How the loader and the store build this table (``tables._common.Builders``)."""
+
+
 def verifications_df(source: Any = None, *, strict: bool = False,
                      max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
     """One row per final-verification check: started/completed (or reused or denied), exit code and duration.
@@ -156,8 +163,8 @@ def verifications_df(source: Any = None, *, strict: bool = False,
     >>> df["outcome"].to_list()
     ['passed']
     """
-    return load_columnar(source, strict=strict, max_depth=max_depth, rows=verifications_rows,
-                         model=_model(), wants=WANTS)
+    return load_columnar(source, strict=strict, max_depth=max_depth, model=_model(),
+                         builders=BUILDERS)
 
 
 def _model() -> Any:
