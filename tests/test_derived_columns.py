@@ -304,3 +304,28 @@ def test_edge_cases_of_every_table(tmp_path: Path, with_usage: bool) -> None:
             "input_cost": 0.5, "cached_input_cost": 0, "output_cost": True}}, 3, {}]
     (run / "session.json").write_text(json.dumps(manifest(**extra)))
     assert _check(str(tmp_path)) == [True]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_loaders_build_from_columns_only_the_logs_the_batch_checks_pass(
+        tmp_path: Path, jobs: int) -> None:
+    """``load_columnar`` (the ``*_df`` loaders): one run per mutation of the example's log
+    (every other line), many of which only just fail a batch check (a timestamp hour 24 or
+    30 February, a line over 128 KiB, nesting): every table equals its row builder over the
+    exact reading, in process and in a pool."""
+    from rivumi_analysis.read.snapshot import load_fleet
+    from rivumi_analysis.tables._common import load_columnar
+    from tests.test_columnar import LINES, MUTATIONS, _mutate
+
+    for name in sorted(MUTATIONS):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "events.jsonl").write_bytes(b"".join(
+            _mutate(name, ln) if i % 2 else ln for i, ln in enumerate(LINES)))
+        (run / "session.json").write_text(json.dumps(manifest()))
+    runs = load_fleet(str(tmp_path)).runs
+    for table in TABLES[:-1]:  # messages_df reads exactly
+        m = _module(table)
+        got = load_columnar(str(tmp_path), strict=False, max_depth=8, model=m._model(),
+                            builders=m.BUILDERS, jobs=jobs)
+        assert_frame_equal(got, getattr(m, f"{table}_frame")(runs), check_exact=True)
