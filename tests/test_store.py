@@ -641,3 +641,42 @@ def test_open_pauses_the_collector_and_restores_it(small_fleet: Path, tmp_path: 
     finally:
         gc.enable()
     assert_warm_equals_cold(small_fleet, store)
+
+
+def test_manifest_records_every_table_schema_exactly(fleet: Path, tmp_path: Path) -> None:
+    """The manifest's schemas (polars IPC of each empty table) equal the pandera models' own
+    (``build.empty_tables``), so a warm read that takes them gives the exact dtypes; a
+    manifest without them (written before they were recorded) falls back to the models."""
+    import dataclasses
+
+    from rivumi_analysis.store.build import empty_tables
+    from rivumi_analysis.store.read import table_schema
+
+    m = open_store(str(fleet), store_dir=tmp_path / "store").manifest
+    models = {t: dict(df.schema) for t, df in empty_tables().items()}
+    assert set(m.schemas) == set(TABLES) == set(models)
+    for t in TABLES:
+        assert table_schema(t, m) == models[t], t
+        assert list(table_schema(t, m)) == list(models[t]), t  # column order too
+    old = dataclasses.replace(m, schemas=None)
+    assert all(table_schema(t, old) == models[t] for t in TABLES)
+
+
+def test_a_warm_load_in_a_fresh_process_imports_no_pandera(fleet: Path, tmp_path: Path) -> None:
+    """A notebook's first warm load after a kernel restart: the store serves the table
+    without importing pandera (nor pandas), and it equals a cold load."""
+    import subprocess
+    import sys
+
+    store = tmp_path / "store"
+    open_store(str(fleet), store_dir=store)
+    out = tmp_path / "events.arrow"
+    code = ("import sys; import rivumi_analysis as ra; "
+            f"df = ra.events_df({str(fleet)!r}, store_dir={str(store)!r}); "
+            f"df.write_ipc({str(out)!r}); "
+            "print('pandera' in sys.modules, 'pandas' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, cwd=str(ROOT))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["False", "False"], p.stdout
+    assert_frame_equal(pl.read_ipc(out), ra.events_df(str(fleet), cache=False))

@@ -15,6 +15,7 @@ duplicates them) and every file appears by an atomic rename.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -66,6 +67,20 @@ def empty_tables() -> dict[str, Any]:
     out = {t: pl.DataFrame(schema=polars_schema(m)) for t, m in models.items()}
     out["states"] = pl.DataFrame(schema=STATE_COLUMNS)
     return {t: out[t] for t in TABLES}
+
+
+@functools.cache
+def schema_blobs() -> dict[str, bytes]:
+    """Every table's exact schema as polars IPC bytes of its empty frame (kept in the
+    store's manifest: :func:`store.read.table_schema` reads them back without pandera)."""
+    import io
+
+    out = {}
+    for table, df in empty_tables().items():
+        buf = io.BytesIO()
+        df.write_ipc(buf)
+        out[table] = buf.getvalue()
+    return out
 
 
 def build_frames(runs: Sequence[RunData]) -> dict[str, Any]:

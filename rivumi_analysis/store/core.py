@@ -54,7 +54,7 @@ from ..read.cache import RACY_SECONDS, Fingerprint, code_fingerprint, default_ca
 from ..read.cache import proc_locked_keys as _held_keys
 from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover, normalize_sources
 from ..read.snapshot import _lock_key, gc_paused
-from .build import TABLES, chunk_frames, file_digest, write_parts
+from .build import TABLES, chunk_frames, file_digest, schema_blobs, write_parts
 
 STORE_FORMAT = 2
 """Layout of the manifest (bump when it changes shape; an old store is rebuilt)."""
@@ -225,6 +225,10 @@ class Manifest:
     discovery: dict[str, Any] | None = None
     """What the discovery behind ``order`` listed, with each folder's identity: re-used
     while none of them changed (:func:`_rediscover`)."""
+    schemas: dict[str, bytes] | None = None
+    """Each table's exact polars schema (an empty frame as polars IPC,
+    :func:`store.build.schema_blobs`), so a warm read needs no pandera model (importing
+    pandera and pandas costs ~0.3 s in a fresh process); ``None`` in older manifests."""
 
     def live_runs(self, key: str) -> list[str]:
         return [r for r in self.parts[key]["runs"] if self.runs.get(r, {}).get("part") == key]
@@ -238,7 +242,7 @@ class Manifest:
 def _encode_manifest(m: Manifest) -> bytes:
     doc = {"format": STORE_FORMAT, "code": _code(), "generation": m.generation,
            "order": m.order, "runs": m.runs, "parts": m.parts, "sources": m.sources,
-           "max_depth": m.max_depth, "discovery": m.discovery}
+           "max_depth": m.max_depth, "discovery": m.discovery, "schemas": m.schemas}
     try:
         body = msgspec.msgpack.encode(doc)
     except UnicodeEncodeError:  # a path that is not UTF-8 (msgpack strings are UTF-8)
@@ -291,7 +295,7 @@ def _decode_manifest(blob: bytes) -> Manifest | None:
     if d.get("fsnames"):
         d = _with_paths(d, _path_in)
     return Manifest(d["generation"], d["order"], d["runs"], d["parts"], d["sources"],
-                    d["max_depth"], d.get("discovery"))
+                    d["max_depth"], d.get("discovery"), d.get("schemas"))
 
 
 # --- the store -------------------------------------------------------------------------------
@@ -484,7 +488,8 @@ class Store:
                 incremental += sum(1 for e in entries.values() if e.get("incremental"))
                 written += 1
                 self._cut("part_written")
-            new = Manifest(gen, order, runs, parts, list(sources), max_depth, discovery)
+            new = Manifest(gen, order, runs, parts, list(sources), max_depth, discovery,
+                           schema_blobs())
             self._drop_dead_parts(new)
             compacted = self._maybe_compact(new, force=compact)
             if compacted:

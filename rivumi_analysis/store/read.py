@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Any
 
@@ -10,10 +11,19 @@ import polars as pl
 from .build import empty_tables
 
 _SCHEMAS: dict[str, dict[str, pl.DataType]] = {}
+_FROM_MANIFEST: dict[tuple[str, bytes], dict[str, pl.DataType]] = {}
 
 
-def table_schema(table: str) -> dict[str, pl.DataType]:
-    """The exact polars schema of a table's ``*_df`` loader."""
+def table_schema(table: str, m: Any = None) -> dict[str, pl.DataType]:
+    """The exact polars schema of a table's ``*_df`` loader: from the manifest ``m`` when it
+    records it (no pandera import: a fresh process's warm load stays cheap), else from the
+    pandera models (``build.empty_tables``)."""
+    blob = (m.schemas or {}).get(table) if m is not None else None
+    if blob is not None:
+        key = (table, blob)
+        if key not in _FROM_MANIFEST:
+            _FROM_MANIFEST[key] = dict(pl.read_ipc(io.BytesIO(blob)).schema)
+        return _FROM_MANIFEST[key]
     if not _SCHEMAS:
         _SCHEMAS.update({t: dict(df.schema) for t, df in empty_tables().items()})
     return _SCHEMAS[table]
@@ -39,7 +49,7 @@ def _file_scan(path: str, kind: str, schema: dict[str, pl.DataType],
 def read_parts(store: Any, m: Any, table: str, *, parts: list[str] | None = None,
                lazy: bool = False, columns: list[str] | None = None) -> Any:
     """The rows of ``table`` held by the live runs of some parts (default: all parts)."""
-    schema = table_schema(table)
+    schema = table_schema(table, m)
     wanted = set(parts) if parts is not None else None
     scans = []
     live_cache: dict[str, list[str] | None] = {}
