@@ -5,6 +5,10 @@ Usage (a corpus outside the repo; the script APPENDS to 100 of its runs, so use 
     python -m rivumi_analysis.synth.corpus --runs 10000 --target-mb 1000 --out /tmp/store10k
     python benchmarks/store_bench.py /tmp/store10k [--reps 3] [--store DIR]
 
+It measures this tree's package, or the one ``PYTHONPATH`` names (an A/B of two trees with
+one script: ``PYTHONPATH=/tmp/base python benchmarks/store_bench.py ...``); the second line
+of its output says which.
+
 Prints, each with min / median / max over ``--reps`` and a ratio to its baseline:
 cold ``events_df`` and ``states_df`` (``cache=False``) as the baselines; the first build of
 the store; warm ``events_df`` / ``states_df`` through the store; a ``scan_events`` filter
@@ -28,7 +32,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# This tree's package, unless PYTHONPATH names another one: an A/B runs one script against
+# two trees by PYTHONPATH alone (the header line says which package was measured).
+if not os.environ.get("PYTHONPATH"):
+    sys.path.insert(0, str(ROOT))
 
 
 def cpu_seconds() -> float:
@@ -155,7 +162,9 @@ def main() -> int:
     store = args.store or tempfile.mkdtemp(prefix="rivumi-store-bench-")
     if os.path.exists(store):
         shutil.rmtree(store)
-    lines = [f"corpus {src}: {len(os.listdir(src))} entries; store {store}; {load()}"]
+    lines = [f"corpus {src}: {len(os.listdir(src))} entries; store {store}; {load()}",
+             f"rivumi_analysis {ra.__version__} from {Path(ra.__file__).parent}"]
+    print(*lines, sep="\n", flush=True)
 
     def say(text: str) -> None:
         print(text, flush=True)
