@@ -55,15 +55,15 @@ def empty_tables() -> dict[str, Any]:
     """Every table with no rows (the exact ``*_df`` schemas)."""
     import polars as pl
 
-    from .. import schemas as S
     from ..tables._common import polars_schema
     from ..tables.states import STATE_COLUMNS
 
-    models = {"runs": S.RunsSchema, "events": S.EventsSchema, "quarantine": S.QuarantineSchema,
-              "manifests": S.ManifestsSchema, "tool_calls": S.ToolCallsSchema,
-              "approvals": S.ApprovalsSchema, "model_calls": S.ModelCallsSchema,
-              "usage": S.UsageSchema, "verifications": S.VerificationsSchema,
-              "drift": S.DriftSchema, "forks": S.ForksSchema, "messages": S.MessagesSchema}
+    models = {"runs": "RunsSchema", "events": "EventsSchema", "quarantine": "QuarantineSchema",
+              "manifests": "ManifestsSchema", "tool_calls": "ToolCallsSchema",
+              "approvals": "ApprovalsSchema", "model_calls": "ModelCallsSchema",
+              "usage": "UsageSchema", "verifications": "VerificationsSchema",
+              "drift": "DriftSchema", "forks": "ForksSchema", "messages": "MessagesSchema"}
+    # by name: the schemas of the committed plans (rivumi_analysis._plancheck), no pandera
     out = {t: pl.DataFrame(schema=polars_schema(m)) for t, m in models.items()}
     out["states"] = pl.DataFrame(schema=STATE_COLUMNS)
     return {t: out[t] for t in TABLES}

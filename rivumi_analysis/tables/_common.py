@@ -15,9 +15,8 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandera.polars as pa
 import polars as pl
 
 from ..errors import QuarantineError, SchemaValidationError
@@ -25,16 +24,28 @@ from ..read.decode import _without_lone_surrogates
 from ..read.discovery import Source
 from ..read.snapshot import RunData, gc_paused, stream_runs
 
+if TYPE_CHECKING:
+    import pandera.polars as pa
+
 RAW_KEEP_BYTES = 4096
 
+# a model is a pandera model of rivumi_analysis.schemas or its class name: by name, its schema
+# and a passing frame's validation need no pandera (rivumi_analysis._plancheck; pandera and
+# pandas cost ~0.5 CPU-s to import in a fresh process, e.g. a spawned store worker)
 
-def polars_schema(model: type[pa.DataFrameModel]) -> dict[str, pl.DataType]:
-    """The polars schema (column -> dtype) a pandera model declares, in declaration order."""
+
+def polars_schema(model: type[pa.DataFrameModel] | str) -> dict[str, pl.DataType]:
+    """The polars schema (column -> dtype) a pandera model declares, in declaration order
+    (a model named by its class name: from its committed plan, without pandera)."""
+    if isinstance(model, str):
+        from .._plancheck import schema
+
+        return schema(model)
     return {name: col.dtype.type for name, col in model.to_schema().columns.items()}
 
 
 def frame(rows: list[dict[str, Any]] | dict[str, list[Any]],
-          model: type[pa.DataFrameModel]) -> pl.DataFrame:
+          model: type[pa.DataFrameModel] | str) -> pl.DataFrame:
     """Build a DataFrame with exactly the model's columns and validate it eagerly."""
     return validate(rows_frame(rows, polars_schema(model), strict=False), model)
 
@@ -55,7 +66,21 @@ def rows_frame(rows: list[dict[str, Any]] | dict[str, list[Any]],
         return pl.DataFrame(_without_lone_surrogates(rows), schema=schema, strict=strict)
 
 
-def validate(df: pl.DataFrame, model: type[pa.DataFrameModel]) -> pl.DataFrame:
+def validate(df: pl.DataFrame, model: type[pa.DataFrameModel] | str) -> pl.DataFrame:
+    """``df`` validated by ``model``: a model named by its class name is checked by its
+    committed plan first (:func:`rivumi_analysis._plancheck.surely_valid`, no pandera); a
+    frame the plan cannot vouch for, and a model class, go to the model's ``validate``
+    (pandera, whose result or error is the answer)."""
+    if isinstance(model, str):
+        from .._plancheck import surely_valid
+
+        if surely_valid(model, df):
+            return df
+        from .. import schemas
+
+        model = getattr(schemas, model)
+    import pandera.polars as pa
+
     try:
         return model.validate(df, lazy=True)
     except (pa.errors.SchemaErrors, pa.errors.SchemaError) as exc:
@@ -413,8 +438,6 @@ def instruction_summary(text: Any) -> str | None:
 
 
 def quarantine_frame(runs: Iterable[RunData]) -> pl.DataFrame:
-    from ..schemas import QuarantineSchema
-
     rows = []
     for run in runs:
         path = f"{run.run_dir}/events.jsonl"
@@ -429,4 +452,4 @@ def quarantine_frame(runs: Iterable[RunData]) -> pl.DataFrame:
                 "raw": ln.raw[:RAW_KEEP_BYTES], "raw_truncated": len(ln.raw) > RAW_KEEP_BYTES,
                 "sha256": hashlib.sha256(ln.raw).hexdigest(),
             })
-    return frame(rows, QuarantineSchema)
+    return frame(rows, "QuarantineSchema")

@@ -171,10 +171,9 @@ def _validate(df: pl.DataFrame) -> None:
     sufficient check :func:`_surely_valid` cannot vouch for it)."""
     if _surely_valid(df):
         return
-    from ..schemas import EventsSchema
     from ._common import validate
 
-    validate(df, EventsSchema)
+    validate(df, "EventsSchema")  # the committed plan, then pandera (tables._common.validate)
 
 
 @functools.cache

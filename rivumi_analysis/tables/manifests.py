@@ -16,8 +16,6 @@ def manifests_frame(runs: Iterable[RunData]) -> pl.DataFrame:
     from pydantic import ValidationError
 
     from ..read.models import SessionManifest, first_error
-    from ..schemas import ManifestsSchema
-
     rows = []
     for run in runs:
         m = run.manifest
@@ -64,7 +62,7 @@ def manifests_frame(runs: Iterable[RunData]) -> pl.DataFrame:
             "pending_action_id": _str(pending.get("action_id")),
             "verification_ok": ver_ok,
         })
-    return frame(rows, ManifestsSchema)
+    return frame(rows, "ManifestsSchema")
 
 
 def manifests_df(source: Any = None, *, strict: bool = False,

@@ -24,8 +24,6 @@ from ._common import (
 def runs_frame(runs: Iterable[RunData]) -> pl.DataFrame:
     from ..audit import error_record, record_from_run
     from ..read.discovery import RunLocation
-    from ..schemas import RunsSchema
-
     rows = []
     for run in runs:
         try:
@@ -60,7 +58,7 @@ def runs_frame(runs: Iterable[RunData]) -> pl.DataFrame:
         )
         rows.append(rec)
     rows.sort(key=lambda r: r["run_dir"])
-    return frame(rows, RunsSchema)
+    return frame(rows, "RunsSchema")
 
 
 def runs_df(source: Any = None, *, strict: bool = False,
