@@ -113,6 +113,33 @@ def test_empty_and_mixed_sources(tmp_path):
     assert ref["run_dir"].unique(maintain_order=True).to_list() == [r.run_dir for r in runs]
 
 
+def test_loaded_runs_in_many_batches_equal_one_batch_and_the_reference(tmp_path, monkeypatch):
+    """Runs already loaded, in batches of 3: each batch's window expressions run in the
+    helper thread while the next batch is prepared; the frame equals one batch and the
+    reference, with the fallback runs in their places and the first refusal raised."""
+    good = Log().add("run.created").model(1).tool("a", "read_file", {"p": 1})
+    dup = Log().add("run.created").add("model.requested", step=1).add("x", seq=1)
+    for i in range(11):
+        write_run(tmp_path / "m", f"r{i:02d}", dup if i in (4, 8) else good, manifest())
+    runs = load_fleet(str(tmp_path / "m")).runs + [
+        r for r in load_fleet(str(SAMPLE_RUNS)).runs if r.kind != "external"][:40]
+    one = states_df(runs)
+    monkeypatch.setattr(states_mod, "STATES_BATCH_RUNS", 3)
+    threads = []
+    real = states_mod._states_begun
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        threads.append(a[-1])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(states_mod, "_states_begun", spy)
+    _assert_same(one, states_df(runs))
+    assert len(threads) == -(-len(runs) // 3) and len(set(map(id, threads))) == 1
+    _assert_same(states_df(runs, engine="reference"), states_df(runs))
+    with pytest.raises(NotVectorizable, match=f"{runs[4].run_dir}: duplicate_sequence"):
+        states_df(runs, engine="vectorized")
+
+
 # ---------------------------------------------------------------------------- built logs
 def _ops_log(ops: list[tuple[Any, ...]]) -> Log:
     """A protocol-shaped log from a list of operations (hypothesis draws the list)."""

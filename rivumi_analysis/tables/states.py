@@ -188,8 +188,46 @@ def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
 
 def _states_batches(runs: Iterable[RunData], charge_approval_waits: bool | None,
                     engine: str) -> tuple[list[pl.DataFrame], list[RunData]]:
-    """State rows (unvalidated, a frame per batch) and the runs with quarantined lines."""
-    return _in_batches(runs, lambda batch: _states_of(batch, charge_approval_waits, engine))
+    """State rows (unvalidated, a frame per batch) and the runs with quarantined lines.
+
+    With the vectorised engine, each batch's window expressions (polars, which releases the
+    GIL) run in a helper thread while this thread prepares the next batch (Python): the
+    frames are those of :func:`_states_of`, in order. At most one batch waits for its
+    window expressions, so memory follows one batch more than before."""
+    if engine == "reference":
+        return _in_batches(runs, lambda batch: _states_of(batch, charge_approval_waits, engine))
+    from concurrent.futures import ThreadPoolExecutor
+
+    done: list[pl.DataFrame] = []
+    pending: list[Callable[[], pl.DataFrame]] = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rivumi-states") as pool:
+
+        def reduce(batch: list[RunData]) -> None:
+            finish = _states_begun(batch, charge_approval_waits, engine, pool)
+            if pending:  # the previous batch, finished meanwhile in the helper thread
+                done.append(pending.pop()())
+            pending.append(finish)
+
+        _, quarantined = _in_batches(runs, reduce)
+        done.extend(finish() for finish in pending)
+    return done, quarantined
+
+
+def _states_begun(native: list[RunData], charge_approval_waits: bool | None, engine: str,
+                  pool: Any) -> Callable[[], pl.DataFrame]:
+    """:func:`_states_of` in two steps: the engine's sequential part here, its window
+    expressions submitted to ``pool``; the returned call gives the frame (and hands the
+    runs the engine could not express to the reference reducer, in this thread)."""
+    if not native:
+        frame = _states_of(native, charge_approval_waits, engine)
+        return lambda: frame
+    from ..replay.vectorised import finish_columnar, prepare_columnar
+
+    native, rows = _with_columns(native)
+    events, per_run, reasons = prepare_columnar(native, charge_approval_waits, rows)
+    future = pool.submit(finish_columnar, events, per_run, reasons)
+    return lambda: _with_fallbacks(future.result()[0], reasons, native,
+                                   charge_approval_waits, engine)
 
 
 def _in_batches(runs: Iterable[RunData], reduce: Callable[[list[RunData]], T],
