@@ -140,6 +140,73 @@ def test_loaded_runs_in_many_batches_equal_one_batch_and_the_reference(tmp_path,
         states_df(runs, engine="vectorized")
 
 
+def test_the_engine_on_loaded_runs_imports_no_pandas(tmp_path):
+    """The engine builds its Arrow inputs from buffers: on loaded runs (sample runs: clean,
+    damaged, a duplicate sequence handed to the reference) it imports no pandas (pyarrow's
+    ``pa.array`` would), and its frame equals the reference reducer's."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "states.arrow"
+    code = ("import sys; from rivumi_analysis.read.snapshot import load_fleet; "
+            "from rivumi_analysis.replay.vectorised import vector_states; "
+            f"runs = [r for r in load_fleet({str(SAMPLE_RUNS)!r}).runs if r.kind != 'external']; "
+            "df, why = vector_states(runs); "
+            f"df.drop('_r').write_ipc({str(out)!r}); "
+            "print('pandas' in sys.modules, sorted(why.values()))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, cwd=str(ROOT))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["False", "['duplicate_sequence']"], p.stdout
+    runs = [r for r in load_fleet(str(SAMPLE_RUNS)).runs if r.kind != "external"]
+    reasons = fallback_reasons(runs)
+    ref = states_mod.states_frame(
+        [states_mod.replay_run(r) for r in runs if r.run_dir not in reasons], validate=False)
+    _assert_same(ref, pl.read_ipc(out))
+
+
+@pytest.mark.parametrize(("values", "typ"), [
+    ([1, None, -5, 2**62], "int64"), ([None, None], "int64"), ([], "int64"),
+    ([0, 1, -1, None], "int8"), ([1.5, None, -0.0, 3.0], "float64"),
+    ([True, None, False] * 4, "bool"), (["a", None, "", "é€😀", None], "large_string"),
+    (["x", None], "string"), ([], "large_string"), (["x"], "large_string"),
+    (["a", "bb", "é"] * 30, "large_string"), ([str(i) for i in range(100)], "large_string"),
+    (["2026-01-02T03:04:05.000006Z", None, "9999-12-31T23:59:59.999999Z",
+      "0001-01-01T00:00:00Z", "1969-12-31T23:59:59.999999Z"], "timestamp"),
+])
+def test_engine_arrays_equal_pyarrows(values, typ):
+    """(Timestamps as the loader gives them: UTC datetimes, ``read.decode.parse_created_at``.)"""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from rivumi_analysis.replay.vectorised import _TS_US, _arrow
+
+    arrow_type = _TS_US if typ == "timestamp" else pa.type_for_alias(typ)
+    if typ == "timestamp":
+        values = [None if v is None else dt.datetime.fromisoformat(v) for v in values]
+    got = _arrow(values, arrow_type)
+    got.validate(full=True)
+    want = pa.array(values, arrow_type)
+    assert got.type == want.type and got.equals(want)
+    assert got.is_null().to_pylist() == want.is_null().to_pylist()
+
+
+@pytest.mark.parametrize("values", [["\ud800"], ["a", "\udfff"] * 50, [2**63]])
+def test_engine_arrays_refuse_what_pyarrow_refuses(values):
+    """A lone surrogate (a run folder name that is not UTF-8: the caller then shows
+    U+FFFD) and an int beyond int64 raise the same error type as ``pa.array``."""
+    import pyarrow as pa
+
+    from rivumi_analysis.replay.vectorised import _arrow
+
+    typ = pa.int64() if isinstance(values[0], int) else pa.large_string()
+    with pytest.raises(Exception) as want:
+        pa.array(values, typ)
+    with pytest.raises(want.type):
+        _arrow(values, typ)
+
+
 # ---------------------------------------------------------------------------- built logs
 def _ops_log(ops: list[tuple[Any, ...]]) -> Log:
     """A protocol-shaped log from a list of operations (hypothesis draws the list)."""

@@ -43,6 +43,7 @@ proof does not go through, the exact :func:`rivumi_analysis.replay.runner.replay
 from __future__ import annotations
 
 import bisect
+import datetime
 import hashlib
 import itertools
 import json
@@ -377,6 +378,73 @@ class _Ev:
 
 
 _TS_US = pa.timestamp("us", tz="UTC")
+_NUMPY = {"int8": "int8", "int64": "int64", "double": "float64"}
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_ONE_US = datetime.timedelta(microseconds=1)
+
+
+def _int64s(values: Any) -> pa.Array:
+    """An int64 numpy array as an Arrow array (no copy, no pandas)."""
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def _arrow(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
+    """``pa.array(values, typ)`` for the engine's column types (int8, int64, float64, bool,
+    large_string, timestamp[us, UTC]), built from buffers: ``pa.array`` makes pyarrow import
+    pandas (~0.15 CPU-s in a fresh process or a spawned store worker), this does not.
+
+    >>> _arrow([3, None, -1], pa.int64()).to_pylist(), _arrow(["é", None], pa.string()).to_pylist()
+    ([3, None, -1], ['é', None])
+    """
+    import numpy as np
+
+    values = values if isinstance(values, list) else list(values)
+    n = len(values)
+    nulls = values.count(None) if n else 0
+    if nulls == n and n:
+        return pa.nulls(n, typ)
+    validity = None
+    if nulls:
+        valid = np.fromiter((v is not None for v in values), np.bool_, n)
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        values = [v for v in values if v is not None]
+    if typ == pa.large_string() or typ == pa.string():
+        if len(values) > 64 and not nulls:  # (event types: few distinct values, many rows)
+            codes: dict[str, int] = {}
+            at = np.fromiter((codes.setdefault(v, len(codes)) for v in values), np.int64,
+                             len(values))
+            if len(codes) * 4 < len(values):
+                return _arrow(list(codes), typ).take(_int64s(at))
+        # (str.encode raises UnicodeEncodeError for a lone surrogate, as pa.array does)
+        encoded = [v.encode("utf-8") for v in values]
+        ends = np.zeros(len(encoded) + 1, np.int64 if typ == pa.large_string() else np.int32)
+        np.cumsum(np.fromiter(map(len, encoded), ends.dtype, len(encoded)), out=ends[1:])
+        if nulls:  # a null takes no bytes: its end is the previous end
+            ends = ends[np.concatenate(([0], np.cumsum(valid)))]
+        return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(ends),
+                                              pa.py_buffer(b"".join(encoded))], nulls)
+    if typ == pa.bool_():
+        bits = np.array(values, np.bool_)
+        data = bits if not nulls else np.zeros(n, np.bool_)
+        if nulls:
+            data[valid] = bits
+        return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(
+            np.packbits(data, bitorder="little"))], nulls)
+    if typ == _TS_US:
+        try:
+            values = [(v - _EPOCH) // _ONE_US for v in values]
+        except TypeError:  # a naive datetime: pyarrow takes it as UTC
+            values = [((v if v.tzinfo is not None else v.replace(tzinfo=datetime.UTC))
+                       - _EPOCH) // _ONE_US for v in values]
+        dtype: Any = np.int64
+    else:
+        dtype = _NUMPY[str(typ)]
+    dense = np.array(values, dtype)
+    if nulls:
+        full = np.zeros(n, dtype)
+        full[valid] = dense
+        dense = full
+    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(dense)], nulls)
 
 
 class _Flat:
@@ -412,8 +480,8 @@ def _arrow_inputs(runs: list[RunData], columns: Mapping[int, Any]) -> tuple[
     def flush() -> None:
         if lines:
             for part, arr in zip(parts, (
-                    pa.array(lines, pa.int64()), pa.array(seqs, pa.int64()),
-                    pa.array(types, pa.large_string()), pa.array(stamps, type=_TS_US)),
+                    _arrow(lines, pa.int64()), _arrow(seqs, pa.int64()),
+                    _arrow(types, pa.large_string()), _arrow(stamps, _TS_US)),
                     strict=True):
                 part.append(arr)
             for held in (lines, seqs, types, stamps):
@@ -441,7 +509,7 @@ def _arrow_inputs(runs: list[RunData], columns: Mapping[int, Any]) -> tuple[
     flush()
     typs = (pa.int64(), pa.int64(), pa.large_string(), _TS_US)
     cols = [pa.concat_arrays([a if a.type == typ else a.cast(typ) for a in part])
-            if part else pa.array([], typ) for part, typ in zip(parts, typs, strict=True)]
+            if part else _arrow([], typ) for part, typ in zip(parts, typs, strict=True)]
     return datas, rids, lengths, cols
 
 
@@ -558,10 +626,10 @@ class _Sparse(dict[int, Any]):
         import numpy as np
 
         rows = list(self)
-        values = pa.array([self.default, *self.values()], typ)
+        values = _arrow([self.default, *self.values()], typ)
         pos = np.zeros(n, np.int64)
         pos[rows] = np.arange(1, len(rows) + 1)
-        return values.take(pa.array(pos))
+        return values.take(_int64s(pos))
 
 
 def _setters(ev: _Flat, starts: list[int], by_type: Mapping[str, list[int]],
@@ -691,8 +759,7 @@ def _compute(runs: list[RunData], charge: bool | None,
 
 def _indices(arr: pa.Array, values: Sequence[str]) -> list[int]:
     """Positions of ``arr`` holding one of ``values``."""
-    mask = (pc.equal(arr, values[0]) if len(values) == 1
-            else pc.is_in(arr, value_set=pa.array(list(values), arr.type)))
+    mask = pc.is_in(arr, value_set=_arrow(list(values), arr.type))
     return pc.indices_nonzero(mask).to_pylist()
 
 
@@ -834,12 +901,14 @@ def _prepare_all(runs: list[RunData], charge: bool | None, columns: Mapping[int,
         for k in range(len(runs)):
             if lengths[k] and ev.types[starts[k]] == "run.forked":
                 facts.forked[k] = datas[starts[k]]
-    run_ord = pa.array([k for k, c in enumerate(lengths) for _ in range(c)], pa.int64())
+    import numpy as np
+
+    run_ord = _int64s(np.repeat(np.arange(len(lengths), dtype=np.int64), lengths))
     events = pa.table({"_r": run_ord, "line_no": a_line, "sequence": a_seq,
                        "event_type": a_type, "created_at": a_ts,
                        **{name: setters[name].dense(len(ev.types), at)
                           for name, (_, at) in _SETTERS.items()}})
-    per_run = pa.table({"_r": pa.array(range(len(runs)), pa.int64()),
+    per_run = pa.table({"_r": _int64s(np.arange(len(runs), dtype=np.int64)),
                         **{name: _per_run_array(per[name], at)
                            for name, (_, at) in _PER_RUN.items()}})
     return events, per_run, reasons, facts
@@ -849,9 +918,9 @@ def _per_run_array(values: list[Any], typ: Any) -> Any:
     """One per-run column; a run folder name that is not UTF-8 (lone surrogates, which Arrow
     refuses) shows U+FFFD, as ``runs_df`` shows it."""
     try:
-        return pa.array(values, typ)
+        return _arrow(values, typ)
     except UnicodeEncodeError:
-        return pa.array(_without_lone_surrogates(values), typ)
+        return _arrow(_without_lone_surrogates(values), typ)
 
 
 prepare_columnar = _prepare
