@@ -159,3 +159,12 @@ def test_an_unknown_model_or_plan_goes_to_pandera(monkeypatch: pytest.MonkeyPatc
     empty = pl.DataFrame(schema=polars_schema("VerificationsSchema"))
     assert not _plancheck.surely_valid("VerificationsSchema", empty)
     assert validate(empty, "VerificationsSchema").height == 0  # pandera said yes
+
+
+def test_the_states_plan_is_the_replay_engine_s_columns() -> None:
+    """``store.build.empty_tables`` takes the states schema from the plan, not from the
+    replay engine (which a fresh parent process would import for it)."""
+    from rivumi_analysis.replay.vectorised import STATE_COLUMNS
+
+    assert list(polars_schema("StatesSchema").items()) == list(dict(STATE_COLUMNS).items())
+    assert dict(empty_tables()["states"].schema) == dict(STATE_COLUMNS)

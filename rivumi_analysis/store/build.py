@@ -55,17 +55,18 @@ def empty_tables() -> dict[str, Any]:
     """Every table with no rows (the exact ``*_df`` schemas)."""
     import polars as pl
 
-    from ..tables._common import polars_schema
-    from ..tables.states import STATE_COLUMNS
+    from .._plancheck import schema
 
     models = {"runs": "RunsSchema", "events": "EventsSchema", "quarantine": "QuarantineSchema",
               "manifests": "ManifestsSchema", "tool_calls": "ToolCallsSchema",
               "approvals": "ApprovalsSchema", "model_calls": "ModelCallsSchema",
               "usage": "UsageSchema", "verifications": "VerificationsSchema",
-              "drift": "DriftSchema", "forks": "ForksSchema", "messages": "MessagesSchema"}
-    # by name: the schemas of the committed plans (rivumi_analysis._plancheck), no pandera
-    out = {t: pl.DataFrame(schema=polars_schema(m)) for t, m in models.items()}
-    out["states"] = pl.DataFrame(schema=STATE_COLUMNS)
+              "states": "StatesSchema", "drift": "DriftSchema", "forks": "ForksSchema",
+              "messages": "MessagesSchema"}
+    # the models' schemas from their committed plans (rivumi_analysis._plancheck): no pandera,
+    # and no replay engine for the states columns (replay.vectorised.STATE_COLUMNS, the same;
+    # tests/test_plancheck.py)
+    out = {t: pl.DataFrame(schema=schema(m)) for t, m in models.items()}
     return {t: out[t] for t in TABLES}
 
 
@@ -306,21 +307,30 @@ def portable(df: Any) -> Any:
     return df.with_columns(casts) if casts else df
 
 
-def with_kind(df: Any, kinds: Mapping[str, str]) -> Any:
-    """Add (or fill) the ``kind`` partition column from each row's run."""
+def with_kind(df: Any, kinds: Mapping[str, str], *, kmap: Any = None) -> Any:
+    """Add (or fill) the ``kind`` partition column from each row's run (``kmap``: the
+    :func:`_kind_frame` of ``kinds``, when the caller made it once for several tables)."""
     import polars as pl
 
     if "kind" in df.columns:
         return df.with_columns(pl.col("kind").fill_null("unknown"))
     if "run_dir" not in df.columns:
         return df.with_columns(pl.lit("unknown").alias("kind"))
+    if kmap is None:
+        kmap = _kind_frame(kinds)
+    return df.join(kmap, on="run_dir", how="left", maintain_order="left").with_columns(
+        pl.col("kind").fill_null("unknown"))
+
+
+def _kind_frame(kinds: Mapping[str, str]) -> Any:
+    """``kinds`` as a frame to join on ``run_dir``."""
+    import polars as pl
+
     from ..tables._common import rows_frame
 
     # keyed as the tables show run_dir (a folder name that is not UTF-8 with U+FFFD)
-    kmap = rows_frame({"run_dir": list(kinds), "kind": list(kinds.values())},
+    return rows_frame({"run_dir": list(kinds), "kind": list(kinds.values())},
                       {"run_dir": pl.String, "kind": pl.String}).unique("run_dir", keep="first")
-    return df.join(kmap, on="run_dir", how="left", maintain_order="left").with_columns(
-        pl.col("kind").fill_null("unknown"))
 
 
 def _plain_arrow(tbl: Any) -> Any:
@@ -399,37 +409,63 @@ def write_parts(tables: Mapping[str, Any], out_dir: str | os.PathLike[str], key:
         ``{"key": key, "files": [{"table", "kind", "path", "rows", "bytes", "blake2b"}]}``
         with ``path`` relative to ``out_dir``.
     """
-    import pyarrow.parquet as pq
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
 
     if not _KEY_RE.match(key):
         raise ValueError(f"part key must match [A-Za-z0-9_.-]+, not {key!r}")
     out = os.fspath(out_dir)
     kinds = dict(kinds) if kinds is not None else _kinds_from(tables)
-    files = []
-    for table, t in tables.items():
-        df = with_kind(portable(_polars(t)), kinds)
-        if transform is not None:
-            df = transform(table, df)
-        if not df.height and not keep_empty:
-            continue
-        meta = {b"rivumi_analysis.schema_version": str(SCHEMA_VERSION).encode(),
-                b"rivumi_analysis.table": table.encode(),
-                b"rivumi_analysis.version": __version__.encode(),
-                **{k.encode(): v.encode() for k, v in (metadata or {}).items()}}
-        groups = _by_kind(df) if df.height else {("none",): df}
-        for gkey, part in groups.items():
-            kind = str(gkey[0] if isinstance(gkey, tuple) else gkey)
-            rel = os.path.join(table, f"kind={kind}", f"part-{key}.parquet")
-            path = os.path.join(out, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            arrow = _plain_arrow(part.drop("kind").to_arrow())
-            arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), **meta})
-            tmp = os.path.join(os.path.dirname(path), f".part-{key}.parquet.{os.getpid()}.tmp")
-            pq.write_table(arrow, tmp, compression="zstd", coerce_timestamps="us",
-                           allow_truncated_timestamps=False)
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-            files.append({"table": table, "kind": kind, "path": rel, "rows": part.height,
-                          "bytes": os.path.getsize(path), "blake2b": file_digest(path)})
+    kmap = None
+    files: list[dict[str, Any]] = []
+    # each file is encoded, fsynced, renamed and hashed by one of WRITE_THREADS threads
+    # (pyarrow's writer and fsync release the GIL) while this thread prepares the next one;
+    # at most WRITE_THREADS files wait, and their records keep this order
+    pending: deque[Any] = deque()
+    with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+        for table, t in tables.items():
+            df = _polars(t)
+            if kmap is None and "kind" not in df.columns and "run_dir" in df.columns:
+                kmap = _kind_frame(kinds)
+            df = with_kind(portable(df), kinds, kmap=kmap)
+            if transform is not None:
+                df = transform(table, df)
+            if not df.height and not keep_empty:
+                continue
+            meta = {b"rivumi_analysis.schema_version": str(SCHEMA_VERSION).encode(),
+                    b"rivumi_analysis.table": table.encode(),
+                    b"rivumi_analysis.version": __version__.encode(),
+                    **{k.encode(): v.encode() for k, v in (metadata or {}).items()}}
+            groups = _by_kind(df) if df.height else {("none",): df}
+            for gkey, part in groups.items():
+                kind = str(gkey[0] if isinstance(gkey, tuple) else gkey)
+                arrow = _plain_arrow(part.drop("kind").to_arrow())
+                arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), **meta})
+                pending.append(pool.submit(_write_file, arrow, out, table, kind, key,
+                                           part.height))
+                while len(pending) > WRITE_THREADS:
+                    files.append(pending.popleft().result())
+        files.extend(f.result() for f in pending)
     return {"key": key, "files": files}
+
+
+WRITE_THREADS = 2
+"""Threads writing a part's files (:func:`write_parts`)."""
+
+
+def _write_file(arrow: Any, out: str, table: str, kind: str, key: str,
+                rows: int) -> dict[str, Any]:
+    """Write one part file atomically (temporary name, fsync, rename) and describe it."""
+    import pyarrow.parquet as pq
+
+    rel = os.path.join(table, f"kind={kind}", f"part-{key}.parquet")
+    path = os.path.join(out, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = os.path.join(os.path.dirname(path), f".part-{key}.parquet.{os.getpid()}.tmp")
+    pq.write_table(arrow, tmp, compression="zstd", coerce_timestamps="us",
+                   allow_truncated_timestamps=False)
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return {"table": table, "kind": kind, "path": rel, "rows": rows,
+            "bytes": os.path.getsize(path), "blake2b": file_digest(path)}
