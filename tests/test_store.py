@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import shutil
 import time
@@ -714,3 +715,33 @@ def test_a_spawned_worker_builds_a_chunk_without_pandera(fleet: Path, tmp_path: 
     for t in TABLES:
         got = pl.read_parquet(str(out / t), hive_partitioning=True)
         assert got.height == want[t].height, t
+
+
+def test_a_large_first_build_starts_its_workers_before_the_stat_pass(
+        fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first build big enough for worker processes starts them before the stat pass (their
+    start-up overlaps it) and runs every chunk on them: the tables equal a cold load; a
+    refresh of a built store starts none early."""
+    import rivumi_analysis.store.core as core
+
+    monkeypatch.setattr(core, "LOCAL_POOL_MIN_RUNS", 4)
+    started: list[object] = []
+    real = core._early_pool
+
+    @contextlib.contextmanager
+    def spy(n_jobs: int, wanted: bool) -> Iterator[object]:
+        with real(n_jobs, wanted) as pool:
+            started.append(pool)
+            yield pool
+
+    monkeypatch.setattr(core, "_early_pool", spy)
+    ran: list[int] = []
+    store = tmp_path / "store"
+    executor = functools.partial(core.local_executor, progress=ran.append)
+    opened = open_store(str(fleet), store_dir=store, executor=executor, jobs=2)
+    assert len(started) == 1 and started[0] is not None
+    assert opened.store.last_stats.parts_written >= 2
+    assert sum(ran) == len(opened.manifest.order)  # every chunk ran, on the workers
+    assert_warm_equals_cold(fleet, store)
+    open_store(str(fleet), store_dir=store, jobs=2)  # built: nothing re-read, no workers
+    assert len(started) > 1 and all(p is None for p in started[1:])

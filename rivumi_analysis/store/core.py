@@ -439,9 +439,39 @@ class Store:
         nothing changed (the caller may already have read its parts, see :func:`open_store`).
         ``discovery``: what the discovery of ``locations`` listed (:func:`_discovery_memo`),
         recorded in the manifest written (the next open re-uses it while nothing changed).
+
+        A first build of a large fleet starts its worker processes before the stat pass,
+        so their start-up (imports) overlaps it (:func:`_early_pool`).
         """
         t0 = time.perf_counter()
         locs = list(locations)
+        with _early_pool(*self._early_jobs(locs, jobs, executor, current)) as pool:
+            return self._refresh(t0, locs, sources=sources, max_depth=max_depth,
+                                 verify=verify, compact=compact, jobs=jobs, executor=executor,
+                                 listings=listings, current=current, discovery=discovery,
+                                 pool=pool)
+
+    def _early_jobs(self, locs: list[RunLocation], jobs: int | None,
+                    executor: ChunkExecutor | None,
+                    current: tuple[Manifest | None, tuple[int, ...] | None] | None,
+                    ) -> tuple[int, bool]:
+        """``(jobs, whether to start them before the stat pass)``: yes for a first build (no
+        manifest) of at least :data:`LOCAL_POOL_MIN_RUNS` runs by the local executor, which
+        then runs its chunks in worker processes."""
+        from ..read.cache import default_jobs
+
+        n_jobs = default_jobs() if jobs is None else max(1, jobs)
+        local = getattr(executor, "func", executor) in (None, local_executor)
+        first = (current[0] is None) if current is not None else (
+            self._manifest_identity() is None)
+        return n_jobs, local and first and n_jobs > 1 and len(locs) >= LOCAL_POOL_MIN_RUNS
+
+    def _refresh(self, t0: float, locs: list[RunLocation], *, sources: Sequence[str],
+                 max_depth: int, verify: bool, compact: bool, jobs: int | None,
+                 executor: ChunkExecutor | None, listings: dict[str, list[str]] | None,
+                 current: tuple[Manifest | None, tuple[int, ...] | None] | None,
+                 discovery: dict[str, Any] | None, pool: Any) -> Manifest:
+        """:meth:`refresh` (``pool``: worker processes already started, or None)."""
         order = [loc.run_dir for loc in locs]
         held = _held_keys()
         listings = listings or {}
@@ -482,7 +512,7 @@ class Store:
             written = 0
             incremental = 0
             for key, part, entries in self._write_chunks(gen, todo, fps, jobs,
-                                                               executor, m):
+                                                               executor, m, pool):
                 parts[key] = part
                 runs.update(entries)
                 incremental += sum(1 for e in entries.values() if e.get("incremental"))
@@ -565,7 +595,7 @@ class Store:
 
     def _write_chunks(self, gen: int, todo: list[RunLocation], fps: dict[str, Any],
                       jobs: int | None, executor: ChunkExecutor | None = None,
-                      m: Manifest | None = None,
+                      m: Manifest | None = None, pool: Any = None,
                       ) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
         """Read and write the runs to re-read, a part per :data:`PART_RUNS` runs.
 
@@ -592,7 +622,9 @@ class Store:
                             if loc.run_dir in prefixes})
                  for i in range(0, len(todo), size)]
         if executor is None:
-            results: Iterable[ChunkResult] = local_executor(tasks, jobs=n_jobs)
+            results: Iterable[ChunkResult] = local_executor(tasks, jobs=n_jobs, pool=pool)
+        elif pool is not None and getattr(executor, "func", None) is local_executor:
+            results = executor(tasks, pool=pool)  # a partial of local_executor
         else:
             results = executor(tasks)
         pending = {t.key: t for t in tasks}
@@ -850,17 +882,23 @@ def write_prefixes(prefixes: dict[str, bytes], directory: str, key: str) -> dict
 
 
 def local_executor(tasks: Sequence[ChunkTask], *, jobs: int | None = None,
-                   progress: RunsDone | None = None) -> Iterator[ChunkResult]:
+                   progress: RunsDone | None = None, pool: Any = None) -> Iterator[ChunkResult]:
     """The default executor: in this process for one task, else spawned worker processes
     (never forked: polars' thread pool may hold a lock at fork time).
 
     ``progress(n)``: ``n`` more runs were read (one call per run in this process, one per
     finished chunk from workers), e.g. ``functools.partial(local_executor, progress=cb)``
-    as ``open_store(executor=...)``."""
+    as ``open_store(executor=...)``. ``pool``: workers already started
+    (:func:`_early_pool`), used for several chunks; the caller shuts it down."""
     from ..read.cache import default_jobs
 
     n_jobs = default_jobs() if jobs is None else max(1, jobs)
-    if n_jobs > 1 and len(tasks) > 1 and sum(
+    if pool is not None and len(tasks) > 1:
+        for task, res in zip(tasks, pool.map(run_chunk, tasks), strict=True):
+            if progress is not None:
+                progress(len(task.locations))
+            yield res
+    elif n_jobs > 1 and len(tasks) > 1 and sum(
             len(t.locations) for t in tasks) >= LOCAL_POOL_MIN_RUNS:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
@@ -874,6 +912,49 @@ def local_executor(tasks: Sequence[ChunkTask], *, jobs: int | None = None,
     else:
         for task in tasks:
             yield run_chunk(task, progress)
+
+
+_WARM_MODULES = (
+    "rivumi_analysis.store.build", "rivumi_analysis.read.cache",
+    "rivumi_analysis.tables._common", "rivumi_analysis.tables.events",
+    "rivumi_analysis.tables.replayed", "rivumi_analysis.tables.runs",
+    "rivumi_analysis.tables.manifests", "rivumi_analysis.tables.tool_calls",
+    "rivumi_analysis.tables.approvals", "rivumi_analysis.tables.model_calls",
+    "rivumi_analysis.tables.usage", "rivumi_analysis.tables.verifications",
+    "rivumi_analysis.tables.messages", "pyarrow.parquet")
+"""What a worker's chunk imports (:func:`_warm_worker`)."""
+
+
+def _warm_worker() -> None:
+    """Import what a chunk needs (a new worker does it while the parent stats the fleet)."""
+    import importlib
+
+    for name in _WARM_MODULES:
+        importlib.import_module(name)
+
+
+@contextlib.contextmanager
+def _early_pool(n_jobs: int, wanted: bool) -> Iterator[Any]:
+    """Spawned workers started now (each importing what a chunk needs, :func:`_warm_worker`)
+    so their start-up overlaps the parent's stat pass, or None when not ``wanted``; shut
+    down on exit."""
+    if not wanted or n_jobs <= 1:
+        yield None
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        pool = ProcessPoolExecutor(max_workers=n_jobs, mp_context=mp.get_context("spawn"))
+        for _ in range(n_jobs):
+            pool.submit(_warm_worker)
+    except (ImportError, OSError):
+        yield None  # no pool here: the chunks run as they would without it
+        return
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _fp_blob(fp: Any) -> bytes | None:
