@@ -45,13 +45,16 @@ def _check(source: str) -> list[bool]:
     """Every derived table of ``source`` from the columns equals the row builder's; returns
     which runs were clean."""
     locations = discover(source).runs
-    views = [_decoded_view(r) for r in read_runs_for_tables(locations)]
+    runs = read_runs_for_tables(locations)  # a clean log as its CleanLog (the store's chunk)
+    views = [_decoded_view(r) for r in runs]  # ... and as its columnar.Decoded (the loaders)
     exact = read_runs(locations)
     for name in TABLES:
         m = _module(name)
-        got = getattr(m, f"{name}_table")(views)
         want = getattr(m, f"{name}_frame")(exact)
-        assert_frame_equal(got, want, check_exact=True), name
+        for handed in (runs, views):
+            got = getattr(m, f"{name}_table")(handed)
+            assert_frame_equal(got, want, check_exact=True), name
+    assert [is_clean(r) for r in runs] == [is_clean(v) for v in views]
     return [is_clean(v) for v in views]
 
 

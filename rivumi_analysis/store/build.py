@@ -227,11 +227,12 @@ def chunk_frames(runs: Sequence[RunData], *,
         done("runs")
         for name, build, arg in (
                 ("quarantine", quarantine_frame, runs), ("manifests", manifests_frame, runs),
-                # the derived tables: clean logs from their columns (no Event, no row dict)
-                ("tool_calls", tool_calls_table, views), ("approvals", approvals_table, views),
-                ("model_calls", model_calls_table, views), ("usage", usage_table, views),
-                ("verifications", verifications_table, views),
-                ("messages", messages_table, views)):
+                # the derived tables: clean logs from their columns (no Event, no row dict;
+                # the CleanLog itself: its event types are columns already)
+                ("tool_calls", tool_calls_table, runs), ("approvals", approvals_table, runs),
+                ("model_calls", model_calls_table, runs), ("usage", usage_table, runs),
+                ("verifications", verifications_table, runs),
+                ("messages", messages_table, runs)):
             tables[name] = build(arg)
             done(name)
     return {t: tables[t] for t in TABLES}

@@ -12,6 +12,7 @@ import functools
 import hashlib
 import itertools
 import json
+import operator
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
@@ -121,12 +122,43 @@ Wants = tuple[frozenset[str], tuple[str, ...]]
 
 def is_clean(run: RunData) -> bool:
     """Whether ``run`` is a clean log handed over as columns: ``fast`` is the
-    ``columnar.Decoded`` of a log the clean-log proof accepted (the store's chunk), so the
+    ``cleanlog.CleanLog`` of a log the clean-log proof accepted (the store's chunk), or the
+    ``columnar.Decoded`` of one whose batch checks passed (:func:`checked_views`), so the
     exact reading would give one warning-free event per line, in the same order, with the
     same ``data`` (every value re-encodes to the line's exact bytes)."""
+    from ..read.cleanlog import CleanLog
     from ..read.columnar import Decoded
 
-    return isinstance(run.fast, Decoded)
+    return isinstance(run.fast, (Decoded, CleanLog))
+
+
+_EVENT_TYPE = operator.attrgetter("event_type")
+
+
+def wanted_lines(fast: Any, wants: Wants) -> list[int]:
+    """The 0-based lines of a clean log's events (``fast``: its ``columnar.Decoded``, or a
+    ``cleanlog.CleanLog`` with its ``event_types``) whose type ``wants`` names or prefixes, in
+    log order: a column builder walks only these (C-level passes, no Python step per event).
+
+    >>> from rivumi_analysis.read.columnar import decode
+    >>> line = (b'{"created_at":"2026-08-20T21:02:47Z","data":{},"event_id":"e",'
+    ...         b'"event_type":"%s","run_id":"r","sequence":0,"task_id":"t"}\\n')
+    >>> log = decode(b"".join(line % t for t in (b"tool.x", b"model.requested", b"run.created")))
+    >>> wanted_lines(log, (frozenset({"model.requested"}), ("tool.",)))
+    [0, 1]
+    """
+    types = getattr(fast, "event_types", None)
+    if types is None:
+        types = list(map(_EVENT_TYPE, fast.envelopes))
+    keep = _wanted_types(wants, frozenset(types))
+    return list(itertools.compress(range(len(types)), map(keep.__contains__, types)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _wanted_types(wants: Wants, types: frozenset[str]) -> frozenset[str]:
+    """The ``types`` that ``wants`` names or prefixes (logs share a handful of type sets)."""
+    names, prefixes = wants
+    return frozenset(t for t in types if t in names or t.startswith(prefixes))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,21 +291,27 @@ def derived_frame(runs: Iterable[RunData], builders: Builders,
 
 def parts_frame(parts: Parts, builders: Builders,
                 model: type[pa.DataFrameModel]) -> pl.DataFrame:
-    """The validated frame of :func:`derived_parts` (consecutive groups of one kind merged)."""
+    """The validated frame of :func:`derived_parts`: one frame of every column-built row and
+    one of every row-built row, cut back into run order (zero-copy slices; a frame per group
+    costs a fixed price per group in a fleet whose clean and other runs alternate)."""
     schema = polars_schema(model)
-    merged: Parts = []
-    for fast, rows in parts:
-        if merged and merged[-1][0] == fast:
-            merged[-1][1].extend(rows)
-        else:
-            merged.append((fast, list(rows)))
-    frames = [columns_frame(rows, builders.names, schema, times=builders.times,
-                            lists=builders.lists,
-                            seconds={c: (a, b) for c, a, b in builders.seconds})
-              if fast else rows_frame(rows, schema, strict=False) for fast, rows in merged]
-    if not frames:
-        return validate(pl.DataFrame(schema=schema), model)
-    return validate(pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0], model)
+    fast = [row for is_fast, rows in parts if is_fast for row in rows]
+    exact = [row for is_fast, rows in parts if not is_fast for row in rows]
+    frames = {}
+    if fast or not exact:
+        frames[True] = columns_frame(fast, builders.names, schema, times=builders.times,
+                                     lists=builders.lists,
+                                     seconds={c: (a, b) for c, a, b in builders.seconds})
+    if exact:
+        frames[False] = rows_frame(exact, schema, strict=False)
+    if len(frames) == 1:
+        return validate(next(iter(frames.values())), model)
+    pieces, start = [], {True: 0, False: 0}
+    for is_fast, rows in parts:
+        if rows:
+            pieces.append(frames[is_fast].slice(start[is_fast], len(rows)))
+            start[is_fast] += len(rows)
+    return validate(pl.concat(pieces, how="vertical", rechunk=False), model)
 
 
 def columns_frame(rows: list[Any], names: tuple[str, ...], schema: Mapping[str, pl.DataType], *,
@@ -317,11 +355,7 @@ def _columns_frame(columns: dict[str, list[Any]], schema: Mapping[str, pl.DataTy
         out[name] = pl.Series(name, [None if us is None else us / 1_000_000 for us in micros],
                               dtype=pl.Float64)
     for name in lists:
-        values = columns[name]
-        flat = list(itertools.chain.from_iterable(values))
-        offsets = list(itertools.accumulate(map(len, values), initial=0))
-        out[name] = pl.Series(name, pa_.LargeListArray.from_arrays(
-            pa_.array(offsets, pa_.int64()), pa_.array(flat, pa_.large_string())))
+        out[name] = pl.Series(name, pa_.array(columns[name], pa_.large_list(pa_.large_string())))
     return pl.DataFrame([out[name] if name in out else
                          pl.Series(name, columns[name], dtype=dtype, strict=False)
                          for name, dtype in schema.items()]).cast(dict(schema))
@@ -376,6 +410,32 @@ def usage_columns(u: Any) -> dict[str, int | None]:
         tt = ptt if ptt is not None else (out["input_tokens"] or 0) + (out["output_tokens"] or 0)
     out["total_tokens"] = tt
     return out
+
+
+_NO_USAGE = (None,) * 6
+
+
+def usage_values(u: Any) -> tuple[int | None, ...]:
+    """:func:`usage_columns` as a tuple in its key order (input, output, cached input,
+    reasoning, provider total, total tokens): the column builders' form, no dict per call.
+
+    >>> usage_values({"input_tokens": 3, "output_tokens": True}), usage_values({})
+    ((3, None, None, None, None, 3), (None, None, None, None, None, None))
+    """
+    if not isinstance(u, dict) or not u:
+        return _NO_USAGE
+    get = u.get
+    inp, out, cached, reasoning, ptt, tt = (
+        get("input_tokens"), get("output_tokens"), get("cached_input_tokens"),
+        get("reasoning_tokens"), get("provider_total_tokens"), get("total_tokens"))
+    inp = inp if type(inp) is int else None
+    out = out if type(out) is int else None
+    cached = cached if type(cached) is int else None
+    reasoning = reasoning if type(reasoning) is int else None
+    ptt = ptt if type(ptt) is int else None
+    if type(tt) is not int:
+        tt = ptt if ptt is not None else (inp or 0) + (out or 0)
+    return inp, out, cached, reasoning, ptt, tt
 
 
 # --- quarantine (the rows every strict loader raises) --------------------------------------------------------------------------

@@ -9,7 +9,15 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import Builders, _seconds, _str, derived_frame, frame, load_columnar
+from ._common import (
+    Builders,
+    _seconds,
+    _str,
+    derived_frame,
+    frame,
+    load_columnar,
+    wanted_lines,
+)
 
 WANTS = (frozenset(), ("approval.",))
 """The event types this table reads (names, prefixes); its builders read no other."""
@@ -74,23 +82,24 @@ _CLOSING = {"approval.resolved": "resolved", "approval.reused": "reused",
 
 def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
     """:func:`approvals_rows` of clean logs, from their columns (``fast``: envelopes and
-    parsed ``data``), as positional rows: no ``Event``, no row dict."""
+    parsed ``data``), as positional rows: no ``Event``, no row dict; only the events of
+    :data:`WANTS` are visited (``wanted_lines``)."""
     rows: list[list[Any]] = []
     for run in runs:
         dec = run.fast
-        objects = dec.objects
+        envelopes, objects = dec.envelopes, dec.objects
+        run_dir, run_id = run.run_dir, run.run_id
         reqs: dict[str, list[Any]] = {}
-        for j, e in enumerate(dec.envelopes):
-            et = e.event_type
-            if not et.startswith("approval."):
-                continue
+        for j in wanted_lines(dec, WANTS):
             d = objects[j]
             rid = d.get("request_id")
-            if not isinstance(rid, str):
+            if type(rid) is not str:
                 continue
+            e = envelopes[j]
+            et = e.event_type
             row = reqs.get(rid)
             if row is None:
-                row = reqs[rid] = [run.run_dir, run.run_id, rid, _str(d.get("action_id")),
+                row = reqs[rid] = [run_dir, run_id, rid, _str(d.get("action_id")),
                                    _str(d.get("effect")), _str(d.get("reason")),
                                    _str(d.get("policy_reason")), "open", None, None, None, None,
                                    None, None]

@@ -38,6 +38,8 @@ from ._common import (
     frame,
     load,
     usage_columns,
+    usage_values,
+    wanted_lines,
 )
 
 __all__ = ["messages_df", "messages_frame"]
@@ -163,77 +165,119 @@ def _exact_rows(runs: list[RunData]) -> list[dict[str, Any]]:
     return rows
 
 
+def _calls_encoder() -> Any:
+    """``json.dumps(calls, ensure_ascii=False, sort_keys=True, separators=(",", ":"))``, the
+    row builder's text, by the C encoder ``json.dumps`` itself runs, made once (``dumps``
+    makes an encoder per call: a third of the cost for a short list); without the circular
+    check, which parsed JSON never needs."""
+    from json.encoder import c_make_encoder, encode_basestring
+
+    dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    if c_make_encoder is None:  # pragma: no cover (CPython has it)
+        return dumps.encode
+    chunks = c_make_encoder(None, dumps.default, encode_basestring, None, ":", ",", True,
+                            False, True)
+    return lambda calls: "".join(chunks(calls, 0))
+
+
+_ENCODE_CALLS = _calls_encoder()
+# event type -> what _fast_rows does with it: 0 a step starts, 1-3 a row of its own kind,
+# 4 a plain text row (item, role, key as _EVENT_TEXT)
+_FAST_KIND = {"model.requested": 0, "model.completed": 1, "tool.completed": 2,
+              "role_lane.completed": 3, "loop.wind_down_completed": 4, "thinking.healed": 4}
+
+
 def _fast_rows(runs: list[RunData]) -> list[tuple[Any, ...]]:
     """:func:`_manifest_rows` and :func:`_event_rows` of native clean logs, from their columns
     (``fast``: envelopes and parsed ``data``), as positional rows in :data:`_COLUMNS` order:
-    no ``Event``, no row dict."""
+    no ``Event``, no row dict. (Values of parsed JSON are of exact types: ``type(v) is str``
+    is ``_str``'s ``isinstance``.)"""
     rows: list[tuple[Any, ...]] = []
+    add = rows.append
+    marker = _CLIP_MARKER
+    kinds = _FAST_KIND.get
     for run in runs:
         run_dir, run_id = run.run_dir, run.run_id
         m = run.manifest if isinstance(run.manifest, dict) else {}
         items = m.get("messages")
         for i, it in enumerate(items if isinstance(items, list) else ()):
-            if not isinstance(it, dict):
+            if type(it) is not dict:
                 continue
-            content = _str(it.get("content"))
-            clipped = content is not None and _CLIP_MARKER in content
-            if "role" in it:
-                calls = it.get("tool_calls") if isinstance(it.get("tool_calls"), list) else []
-                calls = [c for c in calls if isinstance(c, dict)]
-                rows.append((
-                    run_dir, run_id, "session.json", i, None, None, None, None, "message",
-                    _str(it.get("role")), content, clipped,
-                    [c["name"] for c in calls if isinstance(c.get("name"), str)],
-                    [c["tool_call_id"] for c in calls if isinstance(c.get("tool_call_id"), str)],
-                    json.dumps(calls, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-                    if calls else None, None, None, None, None, None, None, None, None))
-            elif "item_type" in it:
-                rows.append((run_dir, run_id, "session.json", i, None, None, None, None,
-                             "injected_context", "context", content, clipped, [], [], None, None,
-                             None, None, None, _str(it.get("source")), None, None, None))
-            elif "ok" in it:
-                rows.append((run_dir, run_id, "session.json", i, None, None, None, None,
-                             "tool_observation", "tool", content, clipped, [], [], None,
-                             _str(it.get("tool_call_id")), _str(it.get("name")),
-                             _bool(it.get("ok")), _str(it.get("error")), None, None, None, None))
-        dec = run.fast
-        objects = dec.objects
-        step = None
-        for j, e in enumerate(dec.envelopes):
-            et = e.event_type
-            if et == "model.requested":
-                step = _int(objects[j].get("step"))
-                continue
-            spec = _EVENT_TEXT.get(et)
-            if spec is None:
-                continue
-            d = objects[j]
-            item, role, key = spec
-            content = _str(d.get(key))
-            clipped = content is not None and _CLIP_MARKER in content
-            if et == "model.completed":
-                names = d.get("tool_calls") if isinstance(d.get("tool_calls"), list) else []
-                u = usage_columns(d.get("usage"))
-                rows.append((run_dir, run_id, "events", None, e.sequence, j + 1, e.created_at,
-                             _int(d.get("step")), item, role, content, clipped,
-                             [n for n in names if isinstance(n, str)], [], None, None, None,
-                             None, None, None, u["input_tokens"], u["output_tokens"],
-                             u["total_tokens"]))
-            elif et == "tool.completed":
-                rows.append((run_dir, run_id, "events", None, e.sequence, j + 1, e.created_at,
-                             step, item, role, content, clipped, [], [], None,
-                             _str(d.get("tool_call_id")), _str(d.get("name")), _bool(d.get("ok")),
-                             _str(d.get("error")), None, None, None, None))
-            elif et == "role_lane.completed":
-                u = usage_columns(d.get("usage"))
-                rows.append((run_dir, run_id, "events", None, e.sequence, j + 1, e.created_at,
-                             step, item, _str(d.get("role")) or role, content, clipped, [], [],
-                             None, None, None, None, None, None, u["input_tokens"],
-                             u["output_tokens"], u["total_tokens"]))
+            content = it.get("content")
+            if type(content) is not str:
+                content = None
+                clipped = False
             else:
-                rows.append((run_dir, run_id, "events", None, e.sequence, j + 1, e.created_at,
-                             step, item, role, content, clipped, [], [], None, None, None, None,
-                             None, None, None, None, None))
+                clipped = marker in content
+            if "role" in it:
+                role = it["role"]
+                calls = it.get("tool_calls")
+                if type(calls) is list and calls:
+                    calls = [c for c in calls if type(c) is dict]
+                if calls and type(calls) is list:
+                    names = [n for c in calls if type(n := c.get("name")) is str]
+                    ids = [t for c in calls if type(t := c.get("tool_call_id")) is str]
+                    text = _ENCODE_CALLS(calls)
+                else:
+                    names, ids, text = [], [], None
+                add((run_dir, run_id, "session.json", i, None, None, None, None, "message",
+                     role if type(role) is str else None, content, clipped, names, ids, text,
+                     None, None, None, None, None, None, None, None))
+            elif "item_type" in it:
+                source = it.get("source")
+                add((run_dir, run_id, "session.json", i, None, None, None, None,
+                     "injected_context", "context", content, clipped, [], [], None, None,
+                     None, None, None, source if type(source) is str else None, None, None,
+                     None))
+            elif "ok" in it:
+                add((run_dir, run_id, "session.json", i, None, None, None, None,
+                     "tool_observation", "tool", content, clipped, [], [], None,
+                     _str(it.get("tool_call_id")), _str(it.get("name")), _bool(it.get("ok")),
+                     _str(it.get("error")), None, None, None, None))
+        dec = run.fast
+        envelopes, objects = dec.envelopes, dec.objects
+        step = None
+        for j in wanted_lines(dec, WANTS):
+            e, d = envelopes[j], objects[j]
+            kind = kinds(e.event_type)
+            if kind is None:
+                continue
+            line_no = j + 1
+            if kind == 0:
+                step = d.get("step")
+                if type(step) is not int:
+                    step = None
+                continue
+            et = e.event_type
+            item, role, key = _EVENT_TEXT[et]
+            content = d.get(key)
+            if type(content) is not str:
+                content = None
+                clipped = False
+            else:
+                clipped = marker in content
+            if kind == 1:
+                names = d.get("tool_calls")
+                own_step = d.get("step")
+                inp, out, _c, _r, _p, total = usage_values(d.get("usage"))
+                add((run_dir, run_id, "events", None, e.sequence, line_no, e.created_at,
+                     own_step if type(own_step) is int else None, item, role, content, clipped,
+                     [n for n in names if type(n) is str] if type(names) is list else [], [],
+                     None, None, None, None, None, None, inp, out, total))
+            elif kind == 2:
+                add((run_dir, run_id, "events", None, e.sequence, line_no, e.created_at,
+                     step, item, role, content, clipped, [], [], None,
+                     _str(d.get("tool_call_id")), _str(d.get("name")), _bool(d.get("ok")),
+                     _str(d.get("error")), None, None, None, None))
+            elif kind == 3:
+                inp, out, _c, _r, _p, total = usage_values(d.get("usage"))
+                add((run_dir, run_id, "events", None, e.sequence, line_no, e.created_at,
+                     step, item, _str(d.get("role")) or role, content, clipped, [], [],
+                     None, None, None, None, None, None, inp, out, total))
+            else:
+                add((run_dir, run_id, "events", None, e.sequence, line_no, e.created_at,
+                     step, item, role, content, clipped, [], [], None, None, None, None,
+                     None, None, None, None, None))
     return rows
 
 

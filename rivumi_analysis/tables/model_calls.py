@@ -18,6 +18,8 @@ from ._common import (
     frame,
     load_columnar,
     usage_columns,
+    usage_values,
+    wanted_lines,
 )
 
 WANTS = (frozenset({"run.created", "session.resumed", "session.continued", "model.requested",
@@ -98,32 +100,33 @@ _COLUMNS = ("run_dir", "run_id", "step", "requested_sequence", "requested_line_n
  _FAILURE, _TOKENS) = map(_COLUMNS.index, (
     "completed_sequence", "completed_at", "outcome", "finish_reason", "tool_calls", "retries",
     "fallbacks", "provider", "model", "failure_kind", "input_tokens"))
-_USAGE = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens",
-          "provider_total_tokens", "total_tokens")  # _COLUMNS[_TOKENS:], usage_columns' keys
 _SETTINGS = frozenset({"run.created", "session.resumed", "session.continued"})
 
 
 def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
     """:func:`model_calls_rows` of clean logs, from their columns (``fast``: envelopes and
-    parsed ``data``), as positional rows: no ``Event``, no row dict."""
+    parsed ``data``), as positional rows: no ``Event``, no row dict; only the events of
+    :data:`WANTS` are visited (``wanted_lines``)."""
     rows: list[list[Any]] = []
     for run in runs:
         dec = run.fast
-        objects = dec.objects
+        envelopes, objects = dec.envelopes, dec.objects
+        run_dir, run_id = run.run_dir, run.run_id
         current: list[Any] | None = None
         provider = model = None
-        for j, e in enumerate(dec.envelopes):
+        for j in wanted_lines(dec, WANTS):
+            e = envelopes[j]
             et = e.event_type
-            if et in _SETTINGS:
-                d = objects[j]
-                provider, model = _str(d.get("provider")), _str(d.get("model"))
-                continue
             if et == "model.requested":
-                current = [run.run_dir, run.run_id, _int(objects[j].get("step")), e.sequence,
+                step = objects[j].get("step")
+                current = [run_dir, run_id, step if type(step) is int else None, e.sequence,
                            j + 1, None, e.created_at, None, None, "incomplete", None, [], 0, 0,
                            provider, model, provider, model, None, None, None, None, None, None,
                            None]
                 rows.append(current)
+            elif et in _SETTINGS:
+                d = objects[j]
+                provider, model = _str(d.get("provider")), _str(d.get("model"))
             elif current is None:
                 continue
             elif et == "model.retry":
@@ -133,17 +136,16 @@ def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
                 current[_FALLBACKS] += 1
                 current[_PROVIDER] = _str(d.get("to_provider"))
                 current[_MODEL] = _str(d.get("to_model"))
-            elif et in ("model.completed", "model.failed") and current[_DONE_SEQ] is None:
+            elif current[_DONE_SEQ] is None:  # model.completed or model.failed
                 d = objects[j]
                 current[_DONE_SEQ], current[_DONE_AT] = e.sequence, e.created_at
                 if et == "model.completed":
                     current[_OUTCOME] = "completed"
                     current[_FINISH] = _str(d.get("finish_reason"))
                     tc = d.get("tool_calls")
-                    current[_TOOL_CALLS] = [t for t in tc if isinstance(t, str)] if isinstance(
-                        tc, list) else []
-                    u = usage_columns(d.get("usage"))
-                    current[_TOKENS:] = [u[k] for k in _USAGE]
+                    current[_TOOL_CALLS] = [t for t in tc if type(t) is str] if type(
+                        tc) is list else []
+                    current[_TOKENS:] = usage_values(d.get("usage"))
                 else:
                     current[_OUTCOME] = "failed"
                     current[_FAILURE] = _str(d.get("kind"))

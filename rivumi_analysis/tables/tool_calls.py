@@ -21,6 +21,7 @@ from ._common import (
     load_columnar,
     preview,
     raw_value,
+    wanted_lines,
 )
 
 WANTS = (frozenset({"model.requested"}), ("tool.",))
@@ -113,47 +114,55 @@ _COLUMNS = ("run_dir", "run_id", "tool_call_id", "name", "effect", "step", "requ
 
 def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
     """:func:`tool_calls_rows` of clean logs, from their columns (``fast``: envelopes and
-    parsed ``data``), as positional rows: no ``Event``, no row dict. ``arguments`` is the
-    re-encoded value: a clean log's ``data`` re-encodes to the line's exact bytes."""
+    parsed ``data``), as positional rows: no ``Event``, no row dict; only the events of
+    :data:`WANTS` are visited (``wanted_lines``). ``arguments`` is the re-encoded value: a
+    clean log's ``data`` re-encodes to the line's exact bytes. (Values of parsed JSON are
+    of exact types: ``type(v) is str`` is ``_str``'s ``isinstance``.)"""
     from msgspec.json import encode
 
     rows: list[list[Any]] = []
     for run in runs:
         dec = run.fast
-        objects = dec.objects
+        envelopes, objects = dec.envelopes, dec.objects
+        run_dir, run_id = run.run_dir, run.run_id
         calls: dict[str, list[Any]] = {}
         step = None
         batch_ids: set[str] = set()
         first = len(rows)
-        for j, e in enumerate(dec.envelopes):
+        for j in wanted_lines(dec, WANTS):
+            e = envelopes[j]
             et = e.event_type
-            if et == "model.requested":
-                step = _int(objects[j].get("step"))
-                continue
-            if not et.startswith("tool."):
-                continue
             d = objects[j]
+            if et == "model.requested":
+                step = d.get("step")
+                if type(step) is not int:
+                    step = None
+                continue
             if et == "tool.batch_started":
                 ids = d.get("tool_call_ids")
-                if isinstance(ids, list):
-                    batch_ids.update(i for i in ids if isinstance(i, str))
+                if type(ids) is list:
+                    batch_ids.update(i for i in ids if type(i) is str)
                 continue
             tcid = d.get("tool_call_id")
-            if not isinstance(tcid, str):
+            if type(tcid) is not str:
                 continue
             row = calls.get(tcid)
             if row is None:
-                row = calls[tcid] = [run.run_dir, run.run_id, tcid, _str(d.get("name")),
-                                     _str(d.get("effect")), step, None, None, None, None, None,
-                                     None, None, None, None, None, None, False, None, None, None,
-                                     None, None, None]
+                name, effect = d.get("name"), d.get("effect")
+                row = calls[tcid] = [run_dir, run_id, tcid,
+                                     name if type(name) is str else None,
+                                     effect if type(effect) is str else None, step, None, None,
+                                     None, None, None, None, None, None, None, None, None, False,
+                                     None, None, None, None, None, None]
                 rows.append(row)
             elif row[_EFFECT] is None:
-                row[_EFFECT] = _str(d.get("effect"))
+                effect = d.get("effect")
+                if type(effect) is str:
+                    row[_EFFECT] = effect
             if et == "tool.requested":
                 row[_REQ_SEQ], row[_REQ_AT] = e.sequence, e.created_at
                 args = d.get("arguments")
-                omitted = isinstance(args, dict) and args.get("omitted") is True
+                omitted = type(args) is dict and args.get("omitted") is True
                 row[_OMITTED] = omitted
                 if "arguments" in d:
                     raw = encode(args)
@@ -170,10 +179,14 @@ def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
                 row[_START_SEQ], row[_START_AT] = e.sequence, e.created_at
             elif et == "tool.completed":
                 row[_DONE_SEQ], row[_DONE_AT] = e.sequence, e.created_at
-                row[_OK], row[_ERROR] = _bool(d.get("ok")), _str(d.get("error"))
-                size, clipped = clipped_size(_str(d.get("preview")))
-                row[_RESULT_BYTES] = size
-                row[_RESULT_CLIPPED] = None if size is None else clipped
+                ok, error = d.get("ok"), d.get("error")
+                row[_OK] = ok if type(ok) is bool else None
+                row[_ERROR] = error if type(error) is str else None
+                result = d.get("preview")
+                if type(result) is str:
+                    row[_RESULT_BYTES], row[_RESULT_CLIPPED] = clipped_size(result)
+                else:
+                    row[_RESULT_BYTES] = row[_RESULT_CLIPPED] = None
         for row in rows[first:]:
             executed = row[_EXECUTED] = row[_START_SEQ] is not None
             row[_IN_BATCH] = row[_TCID] in batch_ids

@@ -9,7 +9,17 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import Builders, _float, _str, derived_frame, frame, load_columnar, usage_columns
+from ._common import (
+    Builders,
+    _float,
+    _str,
+    derived_frame,
+    frame,
+    load_columnar,
+    usage_columns,
+    usage_values,
+    wanted_lines,
+)
 
 WANTS = (frozenset({"run.created", "session.resumed", "session.continued", "model.requested",
                    "model.fallback", "model.completed", "role_lane.completed"}), ())
@@ -104,24 +114,24 @@ def _fast_rows(runs: list[RunData]) -> list[tuple[Any, ...]]:
                                       r.get("usage"), r.get("cost")))
             continue
         dec = run.fast
-        objects = dec.objects
+        envelopes, objects = dec.envelopes, dec.objects
         provider = model = call_provider = call_model = None
         index = 0
-        for j, e in enumerate(dec.envelopes):
-            et = e.event_type
-            if et in _SETTINGS:
-                d = objects[j]
-                provider, model = _str(d.get("provider")), _str(d.get("model"))
-            elif et == "model.requested":
+        for j in wanted_lines(dec, WANTS):
+            et = envelopes[j].event_type
+            if et == "model.requested":
                 call_provider, call_model = provider, model
-            elif et == "model.fallback":
-                d = objects[j]
-                call_provider, call_model = _str(d.get("to_provider")), _str(d.get("to_model"))
             elif et == "model.completed":
                 rows.append(_fast_row(run, index, "events", "primary", call_provider, call_model,
                                       objects[j].get("usage"), None))
                 index += 1
-            elif et == "role_lane.completed":
+            elif et in _SETTINGS:
+                d = objects[j]
+                provider, model = _str(d.get("provider")), _str(d.get("model"))
+            elif et == "model.fallback":
+                d = objects[j]
+                call_provider, call_model = _str(d.get("to_provider")), _str(d.get("to_model"))
+            else:  # role_lane.completed
                 d = objects[j]
                 rows.append(_fast_row(run, index, "events", "reviewer", _str(d.get("provider")),
                                       _str(d.get("model")), d.get("usage"), d.get("cost")))
@@ -139,20 +149,21 @@ BUILDERS = Builders(
 def _fast_row(run: RunData, i: int, source: str, lane: str, provider: str | None,
               model: str | None, usage: Any, cost: Any) -> tuple[Any, ...]:
     """:func:`_usage_row` as a positional row."""
-    u = usage_columns(usage if isinstance(usage, dict) else {})
-    inp, out = u["input_tokens"] or 0, u["output_tokens"] or 0
-    total = u["total_tokens"]
+    inp, out, cached, reasoning, ptt, total = usage_values(usage)
+    inp, out = inp or 0, out or 0
     if total is None:
         total = inp + out
-    cost = cost if isinstance(cost, dict) else {}
+    if type(cost) is not dict or not cost:
+        return (run.run_dir, run.run_id, i, source, lane, provider, model, inp, out,
+                cached or 0, reasoning or 0, ptt, total, None, None, None, None, None, None,
+                False)
     ic, cc, oc = (_float(cost.get("input_cost")), _float(cost.get("cached_input_cost")),
                   _float(cost.get("output_cost")))
     total_cost = _float(cost.get("total_cost"))
-    if total_cost is None and cost and ic is not None and cc is not None and oc is not None:
+    if total_cost is None and ic is not None and cc is not None and oc is not None:
         total_cost = sum((ic, cc, oc))  # as _usage_row: 0 + ... (-0.0 sums to 0.0)
     return (run.run_dir, run.run_id, i, source, lane, provider, model, inp, out,
-            u["cached_input_tokens"] or 0, u["reasoning_tokens"] or 0,
-            u["provider_total_tokens"], total, _str(cost.get("currency")),
+            cached or 0, reasoning or 0, ptt, total, _str(cost.get("currency")),
             _str(cost.get("source")), ic, cc, oc, total_cost, total_cost is not None)
 
 

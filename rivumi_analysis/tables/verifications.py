@@ -9,7 +9,17 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import Event, RunData
-from ._common import Builders, _bool, _float, _int, _str, derived_frame, frame, load_columnar
+from ._common import (
+    Builders,
+    _bool,
+    _float,
+    _int,
+    _str,
+    derived_frame,
+    frame,
+    load_columnar,
+    wanted_lines,
+)
 
 WANTS = (frozenset({"verification.started", "verification.completed",
                    "verification.reused"}), ())
@@ -88,17 +98,16 @@ _ARGV, _OUTCOME, _DONE_SEQ, _DONE_AT, _OK, _EXIT, _DURATION = map(_COLUMNS.index
 
 def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
     """:func:`verifications_rows` of clean logs, from their columns (``fast``: envelopes and
-    parsed ``data``), as positional rows: no ``Event``, no row dict."""
+    parsed ``data``), as positional rows: no ``Event``, no row dict; only the events of
+    :data:`WANTS` are visited (``wanted_lines``)."""
     rows: list[list[Any]] = []
     for run in runs:
         dec = run.fast
-        objects = dec.objects
+        envelopes, objects = dec.envelopes, dec.objects
         open_checks: dict[str, list[Any]] = {}
-        for j, e in enumerate(dec.envelopes):
+        for j in wanted_lines(dec, WANTS):
+            e = envelopes[j]
             et = e.event_type
-            if et not in ("verification.started", "verification.completed",
-                          "verification.reused"):
-                continue
             d = objects[j]
             name = _str(d.get("name"))
             argv = d.get("argv")
