@@ -332,3 +332,25 @@ def test_loaders_build_from_columns_only_the_logs_the_batch_checks_pass(
         got = load_columnar(str(tmp_path), strict=False, max_depth=8, model=m._model(),
                             builders=m.BUILDERS, jobs=jobs)
         assert_frame_equal(got, getattr(m, f"{table}_frame")(runs), check_exact=True)
+
+
+def test_a_fresh_process_builds_the_tables_without_pandas() -> None:
+    """A spawned store worker is a fresh process: building the six tables from the columns
+    (times, lists: Arrow arrays from polars' buffers, not ``pa.array`` over Python objects,
+    which imports pandas, ~0.2 CPU-s) imports no pandas; the tables are not empty."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, importlib; from rivumi_analysis.read.discovery import discover; "
+        "from rivumi_analysis.store.build import read_runs_for_tables; "
+        f"runs = read_runs_for_tables(discover({str(SAMPLE_RUNS)!r}).runs); "
+        f"names = {TABLES!r}; "
+        "mods = [importlib.import_module('rivumi_analysis.tables.' + n) for n in names]; "
+        "rows = [getattr(m, n + '_table')(runs).height for m, n in zip(mods, names)]; "
+        "print('pandas' in sys.modules, min(rows))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, cwd=str(ROOT))
+    assert p.returncode == 0, p.stderr
+    pandas, fewest = p.stdout.split()
+    assert pandas == "False" and int(fewest) > 0
