@@ -207,6 +207,24 @@ def test_engine_arrays_refuse_what_pyarrow_refuses(values):
         _arrow(values, typ)
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "model.requested", "é"]), max_size=300),
+       st.integers(0, 3), st.lists(st.sampled_from(["a", "b", "model.requested", "zz"]),
+                                    min_size=1, max_size=3), st.booleans())
+def test_type_positions_equal_a_scan(values, cut, wanted, null):
+    """The engine's row positions of given event types (one dictionary encoding, numpy over
+    its codes) equal a plain scan, on a sliced array too (non-zero offset) and with a null
+    (then the Arrow path answers)."""
+    import pyarrow as pa
+
+    from rivumi_analysis.replay.vectorised import _arrow, _Positions
+
+    values = [*values, None] if null else values
+    arr = pa.concat_arrays([_arrow(values, pa.large_string())]).slice(min(cut, len(values)))
+    rows = arr.to_pylist()
+    assert _Positions(arr)(wanted) == [i for i, v in enumerate(rows) if v in wanted]
+
+
 # ---------------------------------------------------------------------------- built logs
 def _ops_log(ops: list[tuple[Any, ...]]) -> Log:
     """A protocol-shaped log from a list of operations (hypothesis draws the list)."""

@@ -412,11 +412,11 @@ def _arrow(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
         values = cells[valid].tolist()
     if typ == pa.large_string() or typ == pa.string():
         if len(values) > 64 and not nulls:  # (event types: few distinct values, many rows)
-            codes: dict[str, int] = {}
-            at = np.fromiter((codes.setdefault(v, len(codes)) for v in values), np.int64,
-                             len(values))
-            if len(codes) * 4 < len(values):
-                return _arrow(list(codes), typ).take(_int64s(at))
+            distinct = dict.fromkeys(values)
+            if len(distinct) * 4 < len(values):
+                code = {v: k for k, v in enumerate(distinct)}
+                at = np.fromiter(map(code.__getitem__, values), np.int64, len(values))
+                return _arrow(list(distinct), typ).take(_int64s(at))
         # (str.encode raises UnicodeEncodeError for a lone surrogate, as pa.array does)
         encoded = [v.encode("utf-8") for v in values]
         ends = np.zeros(len(encoded) + 1, np.int64 if typ == pa.large_string() else np.int32)
@@ -759,10 +759,37 @@ def _compute(runs: list[RunData], charge: bool | None,
     return finish_columnar(*_prepare(runs, charge, columns or {}))
 
 
-def _indices(arr: pa.Array, values: Sequence[str]) -> list[int]:
-    """Positions of ``arr`` holding one of ``values``."""
-    mask = pc.is_in(arr, value_set=_arrow(list(values), arr.type))
-    return pc.indices_nonzero(mask).to_pylist()
+class _Positions:
+    """Positions of the rows of a string column holding given values, from one dictionary
+    encoding of the column (numpy over the codes: no pass over the strings per question,
+    and no pandas, which ``pc.equal`` with a Python scalar or ``to_numpy`` would import)."""
+
+    __slots__ = ("arr", "codes", "names")
+
+    def __init__(self, arr: pa.Array) -> None:
+        import numpy as np
+
+        self.arr = arr
+        self.codes: Any = None
+        if arr.null_count == 0 and len(arr):
+            enc = arr.dictionary_encode()
+            ix = enc.indices
+            width = ix.type.bit_width // 8
+            self.codes = np.frombuffer(ix.buffers()[1], f"i{width}", len(ix), ix.offset * width)
+            self.names = {name: k for k, name in enumerate(enc.dictionary.to_pylist())}
+
+    def __call__(self, values: Sequence[str]) -> list[int]:
+        """Positions holding one of ``values``, ascending."""
+        import numpy as np
+
+        if self.codes is None:
+            mask = pc.is_in(self.arr, value_set=_arrow(list(values), self.arr.type))
+            return pc.indices_nonzero(mask).to_pylist()
+        wanted = [self.names[v] for v in values if v in self.names]
+        if not wanted:
+            return []
+        hit = (self.codes == wanted[0]) if len(wanted) == 1 else np.isin(self.codes, wanted)
+        return np.flatnonzero(hit).tolist()
 
 
 def _prepare(runs: list[RunData], charge: bool | None,
@@ -880,10 +907,11 @@ def _prepare_all(runs: list[RunData], charge: bool | None, columns: Mapping[int,
         elif _envelope_ok(rids[k], ev.types[lo:hi], k in columns):
             envelope_ok.add(k)
     _wide_time_spans(a_ts, t_list, starts, reasons)
-    by_type = {name: _indices(a_type, [name]) for name in _BY_TYPE}
-    guard_idx = _indices(a_type, sorted(_GUARD_TYPES))
-    appr_idx = _indices(a_type, sorted(_APPROVAL_TYPES))
-    gen_idx = _indices(a_type, _GEN_TYPES)
+    positions = _Positions(a_type)
+    by_type = {name: positions([name]) for name in _BY_TYPE}
+    guard_idx = positions(sorted(_GUARD_TYPES))
+    appr_idx = positions(sorted(_APPROVAL_TYPES))
+    gen_idx = positions(_GEN_TYPES)
     facts = RunFacts(len(runs)) if want_facts else None
     naive: dict[int, Any] | None = {} if facts is not None else None
     setters = _setters(ev, starts, by_type, guard_idx, appr_idx, t_list, reasons, naive)
@@ -896,7 +924,7 @@ def _prepare_all(runs: list[RunData], charge: bool | None, columns: Mapping[int,
             by_type["model.requested"] + by_type["verification.completed"]
             + by_type["verification.reused"]), facts.verification)
         seen: dict[int, set[str]] = {}
-        for i in _indices(a_type, FACT_TYPES):
+        for i in positions(FACT_TYPES):
             seen.setdefault(bisect.bisect_right(starts, i) - 1, set()).add(ev.types[i])
         for k, present in seen.items():
             facts.types[k] = frozenset(present)
