@@ -225,6 +225,32 @@ def test_type_positions_equal_a_scan(values, cut, wanted, null):
     assert _Positions(arr)(wanted) == [i for i, v in enumerate(rows) if v in wanted]
 
 
+_SETTER_VALUES = {"int64": st.integers(-5, 5), "int8": st.integers(-1, 1),
+                  "float64": st.floats(-1, 1), "bool": st.booleans(),
+                  "large_string": st.sampled_from(["a", "é", ""])}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(sorted(_SETTER_VALUES)), st.data())
+def test_setter_columns_equal_the_full_list(typ, data):
+    """A setter column (the rows that set it, every other row its default) made dense equals
+    the full list of values, with nulls from the default or from a value set to None."""
+    import pyarrow as pa
+
+    from rivumi_analysis.replay.vectorised import _Sparse
+
+    value = _SETTER_VALUES[typ]
+    n = data.draw(st.integers(0, 40))
+    col = _Sparse(data.draw(st.one_of(st.none(), value)))
+    for row in data.draw(st.lists(st.integers(0, max(n - 1, 0)), unique=True)) if n else ():
+        col[row] = data.draw(st.one_of(value, st.none()) if data.draw(st.booleans()) else value)
+    got = col.dense(n, pa.type_for_alias(typ))
+    got.validate(full=True)
+    want = pa.array([col.get(i, col.default) for i in range(n)], pa.type_for_alias(typ))
+    assert got.type == want.type and got.equals(want)
+    assert got.is_null().to_pylist() == want.is_null().to_pylist()
+
+
 # ---------------------------------------------------------------------------- built logs
 def _ops_log(ops: list[tuple[Any, ...]]) -> Log:
     """A protocol-shaped log from a list of operations (hypothesis draws the list)."""

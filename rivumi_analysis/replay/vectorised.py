@@ -627,8 +627,18 @@ class _Sparse(dict[int, Any]):
         """The full column of ``n`` rows (one Arrow ``take``, no per-row Python)."""
         import numpy as np
 
-        rows = list(self)
-        values = _arrow([self.default, *self.values()], typ)
+        rows = np.fromiter(self, np.int64, len(self))
+        given = list(self.values())
+        if self.default is None and given.count(None) == 0:
+            # every unset row is null: a null index (take gives null), no null to convert
+            pos = np.zeros(n, np.int64)
+            pos[rows] = np.arange(len(given))
+            valid = np.zeros(n, np.bool_)
+            valid[rows] = True
+            index = pa.Array.from_buffers(pa.int64(), n, [pa.py_buffer(np.packbits(
+                valid, bitorder="little")), pa.py_buffer(pos)], n - len(given))
+            return _arrow(given, typ).take(index)
+        values = _arrow([self.default, *given], typ)
         pos = np.zeros(n, np.int64)
         pos[rows] = np.arange(1, len(rows) + 1)
         return values.take(_int64s(pos))
