@@ -173,23 +173,31 @@ def main() -> int:
     cpu_ev: list[float] = []
     cpu_st: list[float] = []
     cpu_first: list[float] = []
-    cold_ev, ev = timed(lambda: ra.events_df(src, cache=False), 1, cpu_ev)
-    say(f"cold events_df ({ev.height} rows)          {fmt(cold_ev)}  (CPU {cpu_ev[0]:.1f} s; "
+    med = statistics.median
+    # every baseline and the first build --reps times: a single cold run moved the ratios by
+    # +-0.05 between two runs of the same code
+    cold_ev, ev = timed(lambda: ra.events_df(src, cache=False), args.reps, cpu_ev)
+    say(f"cold events_df ({ev.height} rows)          {fmt(cold_ev)}  (CPU {med(cpu_ev):.1f} s; "
         f"{load()})")
-    cold_st, st = timed(lambda: ra.states_df(src, cache=False), 1, cpu_st)
-    say(f"cold states_df ({st.height} rows)          {fmt(cold_st)}  (CPU {cpu_st[0]:.1f} s; "
+    cold_st, st = timed(lambda: ra.states_df(src, cache=False), args.reps, cpu_st)
+    say(f"cold states_df ({st.height} rows)          {fmt(cold_st)}  (CPU {med(cpu_st):.1f} s; "
         f"{load()})")
-    cold_sum = cold_ev[0] + cold_st[0]
-    first, opened = timed(lambda: open_store(src, store_dir=store), 1, cpu_first)
+    cold_sum = med(cold_ev) + med(cold_st)
+
+    def first_build() -> Any:
+        shutil.rmtree(store, ignore_errors=True)  # each repetition builds from nothing
+        return open_store(src, store_dir=store)
+
+    first, opened = timed(first_build, args.reps, cpu_first)
     say(f"first build (all tables)             {fmt(first)}  = "
-        f"{first[0] / cold_sum:.2f}x cold events_df+states_df; CPU {cpu_first[0]:.1f} s = "
-        f"{cpu_first[0] / (cpu_ev[0] + cpu_st[0]):.2f}x theirs  ({load()})")
+        f"{med(first) / cold_sum:.2f}x cold events_df+states_df; CPU {med(cpu_first):.1f} s = "
+        f"{med(cpu_first) / (med(cpu_ev) + med(cpu_st)):.2f}x theirs (medians; {load()})")
     warm_ev, wev = timed(lambda: ra.events_df(src, store_dir=store), args.reps)
     say(f"warm events_df                       {fmt(warm_ev)}  = "
-        f"{100 * statistics.median(warm_ev) / cold_ev[0]:.1f}% of cold  ({load()})")
+        f"{100 * med(warm_ev) / med(cold_ev):.1f}% of cold  ({load()})")
     warm_st, wst = timed(lambda: ra.states_df(src, store_dir=store), args.reps)
     say(f"warm states_df                       {fmt(warm_st)}  = "
-        f"{100 * statistics.median(warm_st) / cold_st[0]:.1f}% of cold  ({load()})")
+        f"{100 * med(warm_st) / med(cold_st):.1f}% of cold  ({load()})")
     assert wev.equals(ev) and wst.equals(st), "warm tables differ from cold ones"
 
     def query() -> Any:
