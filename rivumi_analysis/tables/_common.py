@@ -91,6 +91,22 @@ def validate(df: pl.DataFrame, model: type[pa.DataFrameModel] | str) -> pl.DataF
         ) from exc
 
 
+def validate_table(df: pl.DataFrame, model: str, table: str) -> pl.DataFrame:
+    """``df`` checked by the committed plan of the model named ``model`` (no pandera for a
+    passing frame), else by the model's own non-lazy ``validate``, whose error becomes a
+    ``SchemaValidationError`` ``"<table> failed <model>: ..."`` (the replay tables' check)."""
+    from .._plancheck import surely_valid
+
+    if surely_valid(model, df):
+        return df
+    from .. import schemas
+
+    try:
+        return getattr(schemas, model).validate(df)
+    except Exception as exc:  # pandera raises its own error types
+        raise SchemaValidationError(f"{table} failed {model}: {exc}") from exc
+
+
 def load(source: Source | None, *, strict: bool, max_depth: int,
          builder: Callable[[Iterable[RunData]], pl.DataFrame],
          columnar: bool = False) -> pl.DataFrame:

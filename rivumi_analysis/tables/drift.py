@@ -29,9 +29,8 @@ from typing import Any
 
 import polars as pl
 
-from ..errors import SchemaValidationError
 from ..replay.reducer import REPEAT_TRIP, fingerprint
-from ._common import rows_frame
+from ._common import rows_frame, validate_table
 from .states import (
     ENGINES,
     ReplayChunk,
@@ -385,13 +384,4 @@ def drift_of_rows(rows: Iterable[dict[str, Any]], *, validate: bool = True) -> p
     df = rows_frame(list(rows), _SCHEMA)
     if not validate:
         return df
-    from .._plancheck import surely_valid
-
-    if surely_valid("DriftSchema", df):  # no pandera for a passing frame
-        return df
-    from ..schemas import DriftSchema
-
-    try:
-        return DriftSchema.validate(df)
-    except Exception as exc:  # pandera raises its own error types
-        raise SchemaValidationError(f"drift_df failed DriftSchema: {exc}") from exc
+    return validate_table(df, "DriftSchema", "drift_df")

@@ -22,8 +22,7 @@ from typing import Any
 
 import polars as pl
 
-from ..errors import SchemaValidationError
-from ._common import rows_frame
+from ._common import rows_frame, validate_table
 from .states import ENGINES, RunReplay, check_strict, load_runs, replay_chunks, replay_run
 
 __all__ = ["forks_df"]
@@ -263,13 +262,4 @@ def forks_frame(replays: list[RunReplay], *, validate: bool = True) -> pl.DataFr
 
 
 def _validate(df: pl.DataFrame) -> pl.DataFrame:
-    from .._plancheck import surely_valid
-
-    if surely_valid("ForksSchema", df):  # no pandera for a passing frame
-        return df
-    from ..schemas import ForksSchema
-
-    try:
-        return ForksSchema.validate(df)
-    except Exception as exc:  # pandera raises its own error types
-        raise SchemaValidationError(f"forks_df failed ForksSchema: {exc}") from exc
+    return validate_table(df, "ForksSchema", "forks_df")

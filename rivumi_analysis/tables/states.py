@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 
 import polars as pl
 
-from ..errors import SchemaValidationError
 from ..read.discovery import discover
 from ..read.snapshot import (
     Fleet,
@@ -45,7 +44,7 @@ from ..replay.reducer import (
     state_row,
 )
 from ..replay.vectorised import STATE_COLUMNS
-from ._common import check_strict, quarantine_frame  # noqa: F401  (re-exported)
+from ._common import check_strict, quarantine_frame, validate_table  # noqa: F401  (re-exported)
 
 STATES_BATCH_RUNS = 256
 T = TypeVar("T")
@@ -130,16 +129,7 @@ def states_frame(replays: Iterable[RunReplay], *, validate: bool = True) -> pl.D
 
 
 def _validate(df: pl.DataFrame) -> pl.DataFrame:
-    from .._plancheck import surely_valid
-
-    if surely_valid("StatesSchema", df):  # no pandera for a passing frame
-        return df
-    from ..schemas import StatesSchema
-
-    try:
-        return StatesSchema.validate(df)
-    except Exception as exc:  # pandera raises its own error types
-        raise SchemaValidationError(f"states_df failed StatesSchema: {exc}") from exc
+    return validate_table(df, "StatesSchema", "states_df")
 
 
 ENGINES = ("auto", "reference", "vectorized")
