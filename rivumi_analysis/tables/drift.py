@@ -25,12 +25,13 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from json.encoder import encode_basestring as _encode_str
 from typing import Any
 
 import polars as pl
 
 from ..replay.reducer import REPEAT_TRIP, fingerprint
-from ._common import rows_frame, validate_table
+from ._common import columns_frame, rows_frame, validate_table
 from .states import (
     ENGINES,
     ReplayChunk,
@@ -77,11 +78,33 @@ _SCHEMA = {
     "replayed": pl.Utf8, "manifest": pl.Utf8, "matches": pl.Boolean,
     "explanation": pl.Utf8, "unexplained": pl.Boolean,
 }
+_NAMES = tuple(_SCHEMA)
 
 
 # json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")), with the
 # encoder built once (json.dumps builds one per call for non-default options; same text).
-_j = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
+_encode = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
+_SCALAR_TEXT: dict[Any, str] = {None: "null", True: "true", False: "false"}
+
+
+def _j(value: Any) -> str:
+    """:data:`_encode` of ``value``; a str, an int, a finite float or None/True/False (every
+    drift field but ``verification``) without the encoder's per-call set-up: the text the
+    encoder writes for them (its C string encoder, ``int.__repr__``, ``float.__repr__``).
+
+    >>> [_j(v) for v in (None, True, 0, -7, "é", 1.5, float("nan"), [["t", True, 0]])]
+    ['null', 'true', '0', '-7', '"é"', '1.5', 'NaN', '[["t",true,0]]']
+    """
+    kind = type(value)
+    if kind is str:
+        return _encode_str(value)
+    if kind is int:
+        return int.__repr__(value)
+    if value is None or kind is bool:
+        return _SCALAR_TEXT[value]
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
+    return _encode(value)
 
 
 def _parse_dt(value: Any) -> datetime | None:
@@ -157,7 +180,7 @@ def facts_of_replay(rr: RunReplay) -> DriftFacts:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def chunk_rows(chunk: ReplayChunk) -> list[dict[str, Any]]:
+def chunk_rows(chunk: ReplayChunk) -> list[tuple[Any, ...]]:
     """The drift rows of a :class:`~rivumi_analysis.tables.states.ReplayChunk` made with
     ``manifest_of=drift_manifest``: each run's final state from the engine's last row
     (``chunk.final``) and run facts, or from its reference replay (``chunk.replays``); a run
@@ -192,14 +215,19 @@ def chunk_rows(chunk: ReplayChunk) -> list[dict[str, Any]]:
 
 def drift_rows(rr: RunReplay) -> list[dict[str, Any]]:
     """The drift rows of one reduced run (empty without a manifest)."""
+    return [dict(zip(_SCHEMA, row, strict=True)) for row in _replay_rows(rr)]
+
+
+def _replay_rows(rr: RunReplay) -> list[tuple[Any, ...]]:
+    """:func:`drift_rows` as positional rows (``_SCHEMA`` order)."""
     run = rr.run
     return rows_of(run.run_dir, run.run_id, run.kind, run.manifest, facts_of_replay(rr))
 
 
 def rows_of(run_dir: str, run_id: str | None, kind: str, man: Any,
-            f: DriftFacts) -> list[dict[str, Any]]:
+            f: DriftFacts) -> list[tuple[Any, ...]]:
     """The drift rows of one run from its manifest and :class:`DriftFacts` (empty without a
-    manifest)."""
+    manifest), positional in ``_SCHEMA`` order."""
     if not isinstance(man, Mapping):
         return []
     types = f.types
@@ -253,11 +281,8 @@ def rows_of(run_dir: str, run_id: str | None, kind: str, man: Any,
         else:
             ok = rv == mv and type(rv) is type(mv)
         explanation = _explain(name, ok, f, ahead, wind_down, mv, crash_extended)
-        rows.append({
-            "run_dir": run_dir, "run_id": run_id, "kind": kind, "field": name,
-            "replayed": _j(rv), "manifest": _j(mv), "matches": ok,
-            "explanation": explanation, "unexplained": (not ok) and explanation is None,
-        })
+        rows.append((run_dir, run_id, kind, name, _j(rv), _j(mv), ok, explanation,
+                     (not ok) and explanation is None))
     return rows
 
 
@@ -373,15 +398,21 @@ def drift_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
 def drift_frame(replays: Iterable[RunReplay], *, validate: bool = True) -> pl.DataFrame:
     """The drift table of already replayed (non-external) runs, validated unless
     ``validate=False``."""
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[Any, ...]] = []
     for rr in replays:
-        rows.extend(drift_rows(rr))
+        rows.extend(_replay_rows(rr))
     return drift_of_rows(rows, validate=validate)
 
 
-def drift_of_rows(rows: Iterable[dict[str, Any]], *, validate: bool = True) -> pl.DataFrame:
-    """The drift table of some rows (:func:`rows_of`), validated unless ``validate=False``."""
-    df = rows_frame(list(rows), _SCHEMA)
+def drift_of_rows(rows: Iterable[dict[str, Any] | tuple[Any, ...]], *,
+                  validate: bool = True) -> pl.DataFrame:
+    """The drift table of some rows (:func:`rows_of`'s positional rows, or dicts), validated
+    unless ``validate=False``."""
+    rows = list(rows)
+    if rows and isinstance(rows[0], dict):
+        df = rows_frame(rows, _SCHEMA)
+    else:  # a column per field: no row dict, no per-row conversion in polars
+        df = columns_frame(rows, _NAMES, _SCHEMA)
     if not validate:
         return df
     return validate_table(df, "DriftSchema", "drift_df")
