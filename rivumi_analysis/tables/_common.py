@@ -62,9 +62,52 @@ def rows_frame(rows: list[dict[str, Any]] | dict[str, list[Any]],
     'run-�'
     """
     try:
-        return pl.DataFrame(rows, schema=schema, strict=strict)
+        return _rows_frame(rows, schema, strict)
     except UnicodeEncodeError:
-        return pl.DataFrame(_without_lone_surrogates(rows), schema=schema, strict=strict)
+        return _rows_frame(_without_lone_surrogates(rows), schema, strict)
+
+
+_STRING_LIST = pl.List(pl.String)
+_LIST_TYPES = frozenset({list})
+_STR_TYPES = frozenset({str})
+
+
+def _rows_frame(rows: list[dict[str, Any]] | dict[str, list[Any]],
+                schema: Mapping[str, pl.DataType], strict: bool) -> pl.DataFrame:
+    """``pl.DataFrame(rows, schema=schema, strict=strict)``; dict rows' string-list columns
+    whose every value is a list of strings (audit reasons and warnings, ...) as one Arrow
+    list array (:func:`string_lists`): polars builds a list column from Python lists at
+    ~5 µs per row, 20 times the rest of a row (same frame: ``tests/test_derived_columns.py``)."""
+    lists = [n for n, dt in schema.items() if dt == _STRING_LIST]
+    if not lists or not isinstance(rows, list) or not rows:
+        return pl.DataFrame(rows, schema=schema, strict=strict)
+    built = {}
+    for name in lists:
+        values = list(map(dict.get, rows, itertools.repeat(name)))
+        if set(map(type, values)) <= _LIST_TYPES and set(
+                map(type, itertools.chain.from_iterable(values))) <= _STR_TYPES:
+            built[name] = string_lists(name, values)
+    if not built:
+        return pl.DataFrame(rows, schema=schema, strict=strict)
+    rest = {n: dt for n, dt in schema.items() if n not in built}
+    df = pl.DataFrame(rows, schema=rest, strict=strict)
+    return df.with_columns(**built).select(list(schema))
+
+
+def string_lists(name: str, values: list[list[str]]) -> pl.Series:
+    """A ``List(String)`` Series of lists of strings, built as one Arrow list array from
+    polars' buffers (a polars Series of Python lists costs 20 times more, and ``pa.array``
+    of Python objects imports pandas).
+
+    >>> string_lists("l", [["a", "b"], [], ["c"]]).to_list()
+    [['a', 'b'], [], ['c']]
+    """
+    import pyarrow as pa_
+
+    offsets = pl.Series(list(itertools.accumulate(map(len, values), initial=0)),
+                        dtype=pl.Int64)
+    flat = pl.Series(list(itertools.chain.from_iterable(values)), dtype=pl.String)
+    return pl.Series(name, pa_.LargeListArray.from_arrays(offsets.to_arrow(), flat.to_arrow()))
 
 
 def validate(df: pl.DataFrame, model: type[pa.DataFrameModel] | str) -> pl.DataFrame:
@@ -142,10 +185,17 @@ def is_clean(run: RunData) -> bool:
     ``columnar.Decoded`` of one whose batch checks passed (:func:`checked_views`), so the
     exact reading would give one warning-free event per line, in the same order, with the
     same ``data`` (every value re-encodes to the line's exact bytes)."""
+    return isinstance(run.fast, _clean_types())
+
+
+@functools.cache
+def _clean_types() -> tuple[type, ...]:
+    """The two hand-overs :func:`is_clean` accepts (imported once, not per call: it is asked
+    of every run by every derived table)."""
     from ..read.cleanlog import CleanLog
     from ..read.columnar import Decoded
 
-    return isinstance(run.fast, (Decoded, CleanLog))
+    return (Decoded, CleanLog)
 
 
 _EVENT_TYPE = operator.attrgetter("event_type")
@@ -373,12 +423,7 @@ def _columns_frame(columns: dict[str, list[Any]], schema: Mapping[str, pl.DataTy
         out[name] = pl.Series(name, [None if us is None else us / 1_000_000 for us in micros],
                               dtype=pl.Float64)
     for name in lists:
-        values = columns[name]
-        offsets = pl.Series(list(itertools.accumulate(map(len, values), initial=0)),
-                            dtype=pl.Int64)
-        flat = pl.Series(list(itertools.chain.from_iterable(values)), dtype=pl.String)
-        out[name] = pl.Series(name, pa_.LargeListArray.from_arrays(offsets.to_arrow(),
-                                                                   flat.to_arrow()))
+        out[name] = string_lists(name, columns[name])
     return pl.DataFrame([out[name] if name in out else
                          pl.Series(name, columns[name], dtype=dtype, strict=False)
                          for name, dtype in schema.items()]).cast(dict(schema))

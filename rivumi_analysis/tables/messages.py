@@ -36,6 +36,7 @@ from ._common import (
     _str,
     derived_frame,
     frame,
+    is_clean,
     load,
     usage_columns,
     usage_values,
@@ -152,8 +153,6 @@ def messages_table(runs: Sequence[RunData]) -> pl.DataFrame:
 
 
 def _clean(run: RunData) -> bool:
-    from ._common import is_clean
-
     return run.kind != "external" and is_clean(run)
 
 
