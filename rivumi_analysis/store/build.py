@@ -440,7 +440,9 @@ def write_parts(tables: Mapping[str, Any], out_dir: str | os.PathLike[str], key:
             groups = _by_kind(df) if df.height else {("none",): df}
             for gkey, part in groups.items():
                 kind = str(gkey[0] if isinstance(gkey, tuple) else gkey)
-                arrow = _plain_arrow(part.drop("kind").to_arrow())
+                # polars' oldest Arrow types (large strings/lists): one conversion to the plain
+                # types below instead of string views converted twice (the same table)
+                arrow = _plain_arrow(part.drop("kind").to_arrow(compat_level=_oldest_arrow()))
                 arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), **meta})
                 pending.append(pool.submit(_write_file, arrow, out, table, kind, key,
                                            part.height))
@@ -456,17 +458,35 @@ WRITE_THREADS = 2
 
 def _write_file(arrow: Any, out: str, table: str, kind: str, key: str,
                 rows: int) -> dict[str, Any]:
-    """Write one part file atomically (temporary name, fsync, rename) and describe it."""
+    """Write one part file atomically and describe it.
+
+    The file is encoded in memory, its BLAKE2b taken from those bytes (not read back), then
+    written once under a temporary name, fsynced and renamed in: a part is durable before
+    any manifest can name it (the manifest is written after every part's record is back).
+    """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     rel = os.path.join(table, f"kind={kind}", f"part-{key}.parquet")
     path = os.path.join(out, rel)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = os.path.join(os.path.dirname(path), f".part-{key}.parquet.{os.getpid()}.tmp")
-    pq.write_table(arrow, tmp, compression="zstd", coerce_timestamps="us",
+    sink = pa.BufferOutputStream()
+    pq.write_table(arrow, sink, compression="zstd", coerce_timestamps="us",
                    allow_truncated_timestamps=False)
-    with open(tmp, "rb+") as fh:
+    data = sink.getvalue()
+    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     return {"table": table, "kind": kind, "path": rel, "rows": rows,
-            "bytes": os.path.getsize(path), "blake2b": file_digest(path)}
+            "bytes": data.size, "blake2b": digest}
+
+
+def _oldest_arrow() -> Any:
+    """polars' oldest Arrow compatibility level (large strings and lists, no views)."""
+    import polars as pl
+
+    return pl.CompatLevel.oldest()
