@@ -52,6 +52,7 @@ starts at the writer claim (before ``run.created``) and stops after the last man
 
 _USAGE_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens",
                "provider_total_tokens")
+_USAGE_DEFAULTS = tuple((k, None if k == "provider_total_tokens" else 0) for k in _USAGE_KEYS)
 DRIFT_FIELDS: tuple[str, ...] = (
     "step", "repeat_count", "last_action_fingerprint",
     *(f"usage.{k}" for k in _USAGE_KEYS),
@@ -236,34 +237,21 @@ def rows_of(run_dir: str, run_id: str | None, kind: str, man: Any,
     ahead = isinstance(man_last, int) and man_last == last_seq + 1
     man_usage = man.get("usage") if isinstance(man.get("usage"), Mapping) else {}
 
-    replayed: dict[str, Any] = {
-        "step": f.step,
-        "repeat_count": f.repeat_count,
-        "last_action_fingerprint": f.last_fingerprint,
-        **{f"usage.{k}": v for k, v in zip(_USAGE_KEYS, f.usage, strict=True)},
-        "last_event_sequence": last_seq,
-        "verification": f.verification,
-        "phase": f.phase,
-        "terminal": f.terminal,
-        "active_wall_time_seconds": f.charged_wall_seconds,
-    }
+    # both sides in DRIFT_FIELDS order (tuples: no per-run dict with formatted keys)
+    replayed = (f.step, f.repeat_count, f.last_fingerprint, *f.usage, last_seq, f.verification,
+                f.phase, f.terminal, f.charged_wall_seconds)
     man_verif = man.get("verification", [])
-    manifest: dict[str, Any] = {
-        "step": man.get("step", 0),
-        "repeat_count": man.get("repeat_count", 0),
-        "last_action_fingerprint": man.get("last_action_fingerprint"),
-        **{f"usage.{k}": man_usage.get(k, None if k == "provider_total_tokens" else 0)
-           for k in _USAGE_KEYS},
-        "last_event_sequence": man_last,
-        "verification": [[v.get("name"), v.get("ok"), v.get("exit_code")]
-                         for v in man_verif if isinstance(v, Mapping)]
+    manifest = (
+        man.get("step", 0), man.get("repeat_count", 0), man.get("last_action_fingerprint"),
+        *[man_usage.get(k, d) for k, d in _USAGE_DEFAULTS],
+        man_last,
+        [[v.get("name"), v.get("ok"), v.get("exit_code")]
+         for v in man_verif if isinstance(v, Mapping)]
         if isinstance(man_verif, list) else man_verif,
-        "phase": man.get("phase", "created"),
-        "terminal": man.get("terminal", False),
-        "active_wall_time_seconds": man.get("active_wall_time_seconds", 0.0),
-    }
+        man.get("phase", "created"), man.get("terminal", False),
+        man.get("active_wall_time_seconds", 0.0))
     # A crashed run's manifest base excludes the running segment: extend it to the last event.
-    wall_man = manifest["active_wall_time_seconds"]
+    wall_man = manifest[-1]
     started = _parse_dt(man.get("active_started_at"))
     crash_extended = False
     if started is not None and f.last_time is not None and isinstance(wall_man, int | float):
@@ -272,8 +260,7 @@ def rows_of(run_dir: str, run_id: str | None, kind: str, man: Any,
 
     wind_down = "loop.wind_down_started" in types or _model_usage_has(man, "wind_down")
     rows = []
-    for name in DRIFT_FIELDS:
-        rv, mv = replayed[name], manifest[name]
+    for name, rv, mv in zip(DRIFT_FIELDS, replayed, manifest, strict=True):
         if name == "active_wall_time_seconds":
             ok = (isinstance(rv, float) and isinstance(wall_man, int | float)
                   and math.isfinite(float(wall_man))
