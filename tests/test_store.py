@@ -746,3 +746,34 @@ def test_a_large_first_build_starts_its_workers_before_the_stat_pass(
     assert_warm_equals_cold(fleet, store)
     open_store(str(fleet), store_dir=store, jobs=2)  # built: nothing re-read, no workers
     assert len(started) > 1 and all(p is None for p in started[1:])
+
+
+def test_store_workers_keep_the_pages_polars_frees(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spawned store worker is set up before it imports polars: polars' jemalloc keeps the
+    pages a chunk frees for the next one (``store.core.WORKER_MALLOC_CONF``, last in
+    ``_RJEM_MALLOC_CONF``, so it wins over polars' own decay and any earlier setting); the
+    caller's environment is untouched; importing the module a worker unpickles its set-up
+    from loads no polars (else the setting would come too late)."""
+    import os
+    import subprocess
+    import sys
+
+    import rivumi_analysis.store.core as core
+
+    want = core.WORKER_MALLOC_CONF
+    for before in (None, "narenas:2"):
+        if before is None:
+            monkeypatch.delenv("_RJEM_MALLOC_CONF", raising=False)
+        else:
+            monkeypatch.setenv("_RJEM_MALLOC_CONF", before)
+        with core._early_pool(2, True) as pool:
+            assert pool is not None
+            got = {pool.submit(os.getenv, "_RJEM_MALLOC_CONF").result() for _ in range(4)}
+        assert len(got) == 1 and got.pop().endswith("," + want if before else want)
+        assert os.environ.get("_RJEM_MALLOC_CONF") == before
+    with core._spawn_pool(1) as ex:  # the executor's own pool (a refresh) alike
+        assert ex.submit(os.getenv, "_RJEM_MALLOC_CONF").result().endswith("," + want)
+    p = subprocess.run([sys.executable, "-c", "import sys, rivumi_analysis.store.core; "
+                        "print(sorted({'polars', 'pyarrow'} & set(sys.modules)))"],
+                       capture_output=True, text=True, timeout=120, cwd=str(ROOT))
+    assert p.returncode == 0 and p.stdout.strip() == "[]", (p.stdout, p.stderr)

@@ -900,11 +900,7 @@ def local_executor(tasks: Sequence[ChunkTask], *, jobs: int | None = None,
             yield res
     elif n_jobs > 1 and len(tasks) > 1 and sum(
             len(t.locations) for t in tasks) >= LOCAL_POOL_MIN_RUNS:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=min(n_jobs, len(tasks)),
-                                 mp_context=mp.get_context("spawn")) as ex:
+        with _spawn_pool(min(n_jobs, len(tasks))) as ex:
             for task, res in zip(tasks, ex.map(run_chunk, tasks), strict=True):
                 if progress is not None:
                     progress(len(task.locations))
@@ -925,6 +921,33 @@ _WARM_MODULES = (
 """What a worker's chunk imports (:func:`_warm_worker`)."""
 
 
+WORKER_MALLOC_CONF = "background_thread:false,dirty_decay_ms:-1,muzzy_decay_ms:-1"
+"""polars' jemalloc settings in a store worker, after any others in ``_RJEM_MALLOC_CONF``
+(polars' own ``dirty_decay_ms:500,...``, which its ``__init__`` writes there, and the
+caller's): pages a chunk frees stay for the next chunk instead of being given back within
+half a second and faulted in again (a 500-run chunk's tables: ~33k -> ~6k page faults), and
+no background thread wakes to purge them."""
+
+
+def _spawn_pool(n: int) -> Any:
+    """``n`` spawned store workers (a ``ProcessPoolExecutor``; each set up by
+    :func:`_worker_init`)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"),
+                               initializer=_worker_init)
+
+
+def _worker_init() -> None:
+    """Set up a spawned store worker before it imports polars (:data:`WORKER_MALLOC_CONF`,
+    read by jemalloc when polars loads). A worker lives for one build or refresh, each chunk
+    needs about the memory the last one did, and it all goes back when the worker exits."""
+    conf = os.environ.get("_RJEM_MALLOC_CONF")
+    os.environ["_RJEM_MALLOC_CONF"] = (f"{conf},{WORKER_MALLOC_CONF}" if conf
+                                       else WORKER_MALLOC_CONF)
+
+
 def _warm_worker() -> None:
     """Import what a chunk needs (a new worker does it while the parent stats the fleet)."""
     import importlib
@@ -941,11 +964,8 @@ def _early_pool(n_jobs: int, wanted: bool) -> Iterator[Any]:
     if not wanted or n_jobs <= 1:
         yield None
         return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
     try:
-        pool = ProcessPoolExecutor(max_workers=n_jobs, mp_context=mp.get_context("spawn"))
+        pool = _spawn_pool(n_jobs)
         for _ in range(n_jobs):
             pool.submit(_warm_worker)
     except (ImportError, OSError):
