@@ -230,6 +230,68 @@ def test_audit_manifest_on_generated_mutations(index: int) -> None:
     assert len(muts) > 2000 and 0 < taken < len(muts)
 
 
+def _check_whole_manifest(data: bytes) -> bool:
+    """``whole_manifest`` (one parse) gives the parse and the twin the store read apart
+    before (the straight decode, ``_twin``) wherever that twin accepts the bytes; its twin is
+    ``fast_models.manifest`` of the document msgspec decoded (what ``resume`` asks when a run
+    has none), and None for a document msgspec refuses. Returns whether there is a twin."""
+    from rivumi_analysis.read import fast_models as fm
+
+    fr = S.FileRead("ok", data=data, size=len(data))
+    model, doc, err = S.whole_manifest(fr)
+    want_doc, want_err = S._parse_json_doc(fr)
+    assert repr(doc) == repr(want_doc) and err == want_err, data[:200]  # (NaN != NaN)
+    straight = S._twin(fr)
+    if straight is not None:
+        assert model == straight and type(model) is type(straight), data[:200]
+    try:
+        by_msgspec = S._msgspec_may_read(data) and S._DOC_DECODER.decode(data) is not None
+    except Exception:
+        by_msgspec = False
+    want = fm.manifest(want_doc) if by_msgspec and isinstance(want_doc, dict) else None
+    assert model == want, data[:200]
+    return model is not None
+
+
+def test_whole_manifest_on_every_sample_manifest_and_near_misses() -> None:
+    """The store's one parse of ``session.json`` (``read_run(whole_docs=True)``) gives what
+    the twin's straight decode and the whole parse give, on every sample manifest, its near
+    misses (encodings, NaN, lone surrogates, long digits, nesting, repeated keys) and values
+    the twin types as Any."""
+    docs = _docs("session.json")
+    twins = sum(_check_whole_manifest(doc) for doc in docs)
+    assert twins > 80
+    for doc in docs[::6]:
+        for data in _mutations(doc, _MANIFEST_KEYS + ("step", "usage", "messages")):
+            _check_whole_manifest(data)
+        if b'"provider_metadata":{}' in doc:
+            for value in (b"[" * 970 + b"]" * 970, b"7" * 4400, b"9" * 5000, b"1e400",
+                          b'"\\ud800"', b'"\xff"', b"12345678901234567890123"):
+                _check_whole_manifest(doc.replace(b'"provider_metadata":{}',
+                                                  b'"provider_metadata":{"x":' + value + b"}", 1))
+    for status in ("missing", "symlink", "not_read", "too_large"):
+        assert S.whole_manifest(S.FileRead(status)) == (None, None, None)
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_whole_manifest_on_generated_mutations(index: int) -> None:
+    """The twin's mutation set (types, missing and extra keys at every level, ranges, NaN
+    and infinities, padded strings, timestamps) as JSON text: equal twin and document."""
+    import json
+
+    from tests.test_fast_models import RICH_MANIFESTS
+    from tests.test_fast_models import _mutations as doc_mutations
+
+    doc = json.loads(RICH_MANIFESTS[index].read_text("utf-8"))
+    muts = doc_mutations(doc)
+    taken = 0
+    for i, m in enumerate(muts):
+        compact = (",", ":") if i % 2 else None
+        taken += _check_whole_manifest(
+            json.dumps(m, ensure_ascii=bool(i % 3), separators=compact).encode("utf-8"))
+    assert len(muts) > 2000 and 0 < taken < len(muts)
+
+
 def test_msgspec_refuses_integers_past_the_toolkit_limit() -> None:
     """msgspec decodes an integer literal of up to ``INT_MAX_DIGITS`` digits to the value
     ``json.loads`` gives (or refuses it) and always refuses a longer one, whatever Python's

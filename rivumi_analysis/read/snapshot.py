@@ -357,6 +357,33 @@ def audit_manifest(fr: FileRead) -> tuple[Any, Any, str | None]:
     return None, doc, err
 
 
+def whole_manifest(fr: FileRead) -> tuple[Any, Any, str | None]:
+    """``(_twin(fr), *_parse_json_doc(fr))`` with ``session.json`` parsed once: the store's
+    reading (``read_run(whole_docs=True)``), which needs the whole document and the twin.
+
+    When msgspec may read the text (:func:`_msgspec_may_read`) and decodes it, the twin is
+    ``fast_models.manifest`` of that document (``msgspec.convert``: no second pass over the
+    bytes), which equals ``fast_models.manifest_from_json`` of the bytes
+    (``tests/test_audit_cold.py``); a document msgspec refuses has no twin, as in
+    :func:`_twin`, and is parsed as :func:`_parse_json_doc` parses it.
+    ``tests/test_cleanlog.py`` proves the triple equal to the two separate reads.
+    """
+    data = fr.data
+    if fr.status == "ok" and data is not None and _msgspec_may_read(data):
+        try:
+            doc = _DOC_DECODER.decode(data)
+        except (msgspec.DecodeError, RecursionError):
+            pass  # (the explicit parser decides, as in _parse_json_doc; no twin)
+        else:
+            if not isinstance(doc, dict):
+                return None, doc, None
+            from .fast_models import manifest
+
+            return manifest(doc), doc, None
+    doc, err = _parse_json_doc(fr)
+    return None, doc, err
+
+
 def _twin(fr: FileRead) -> Any:
     """``SessionManifest``'s msgspec twin decoded straight from ``session.json`` when msgspec
     may read the text and the twin accepts it, else None (:func:`audit_manifest`)."""
@@ -464,9 +491,10 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     listing does not hold is ``missing`` without being opened (a local run's audit opens
     only what exists; the listing is a snapshot taken before the files, as the files are).
 
-    ``whole_docs`` (with ``clean``; the store's tables): ``session.json``, ``result.json``
-    and ``checkpoint.json`` parsed whole (:func:`_parse_json_doc`) instead of the audit's
-    few keys; ``manifest_model`` as ``clean`` decides it (:func:`audit_manifest`).
+    ``whole_docs`` (with ``clean``; the store's tables): ``session.json`` parsed whole
+    (:func:`whole_manifest`: once, ``manifest_model`` as ``clean`` decides it) instead of the
+    audit's few keys; ``checkpoint`` and ``result`` as ``clean`` reads them (no table reads
+    another key of them).
 
     ``held_locks``: the keys of ``/proc/locks`` read once for a batch of runs
     (``read.cache.proc_locked_keys``), instead of once per run; None reads them now.
@@ -528,10 +556,11 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     request, request_error = _parse_json_doc(files["request.json"])
     manifest_model = None
     if clean and not columnar and _columnar_engine() != "exact" and whole_docs:
-        manifest_model = _twin(files["session.json"])
-        manifest, manifest_error = _parse_json_doc(files["session.json"])
-        result, _ = _parse_json_doc(files["result.json"])
-        checkpoint, _ = _parse_json_doc(files["checkpoint.json"])
+        # session.json parsed once (the twin from that document); checkpoint.json and
+        # result.json as the audit reads them: no table reads more of them
+        manifest_model, manifest, manifest_error = whole_manifest(files["session.json"])
+        result = audit_doc(files["result.json"], "result.json")
+        checkpoint = audit_doc(files["checkpoint.json"], "checkpoint.json")
     elif clean and not columnar and _columnar_engine() != "exact":
         # the audit reads session.json as its twin, three keys of checkpoint.json and two of
         # result.json
