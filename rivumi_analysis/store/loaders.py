@@ -22,7 +22,7 @@ import polars as pl
 from ..errors import QuarantineError, SourceError, StoreError
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from .core import open_and_read, open_store, store_enabled, warn_fallback
-from .read import ordered, read_parts
+from .read import read_parts, read_table
 
 StoreDir = str | os.PathLike[str] | None
 
@@ -40,13 +40,13 @@ def _read(store: Any, m: Any, tables: tuple[str, ...] | list[str],
           strict: bool) -> dict[str, pl.DataFrame] | QuarantineError:
     """The tables of one manifest, as a cold load orders them (``strict``: the
     ``QuarantineError`` to raise when the fleet has quarantined lines)."""
-    out = {t: ordered(read_parts(store, m, t), t, m) for t in tables}
+    out = {t: read_table(store, m, t) for t in tables}
     if strict:
         q = out.get("quarantine")
         if q is None:
             q = read_parts(store, m, "quarantine", columns=["run_dir"])
         if q.height:
-            return QuarantineError(ordered(read_parts(store, m, "quarantine"), "quarantine", m))
+            return QuarantineError(read_table(store, m, "quarantine"))
     return out
 
 

@@ -90,16 +90,101 @@ def ordered(df: pl.DataFrame, table: str, m: Any) -> pl.DataFrame:
         return df
     if table == "runs":
         return df.sort("run_dir", maintain_order=True)
+    blocks = _blocks(df.get_column("run_dir"), 0)
+    return _by_blocks(df, blocks, _block_ranks(blocks, m), dropped=False)
+
+
+def read_table(store: Any, m: Any, table: str) -> pl.DataFrame:
+    """``table`` as its ``*_df`` loader returns it: ``ordered(read_parts(store, m, table))``.
+
+    A part some of whose runs a later refresh re-read into another part is read whole here
+    (no row filter in the scan): its dead rows are dropped by the same one gather that puts
+    the rows in discovery order, over blocks of rows (a run's rows are contiguous in a part's
+    file), not over every row (after a refresh that touched every part, the row filter and
+    a second full pass to order cost more than the read itself).
+    """
+    if table in ("runs", "forks") or not _utf8(m.order):  # (forks: its links resolved first)
+        return ordered(read_parts(store, m, table), table, m)
+    schema = table_schema(table, m)
+    files = m.files(table)
+    if not files:
+        return pl.DataFrame(schema=schema)
+    frames = pl.collect_all([_file_scan(os.path.join(store.directory, f["path"]), f["kind"],
+                                        schema, None) for _key, f in files])
+    live: dict[str, list[str] | None] = {}
+    parts = []
+    offset = 0
+    for (key, _f), df in zip(files, frames, strict=True):
+        if key not in live:
+            runs = m.live_runs(key)
+            live[key] = None if len(runs) == len(m.parts[key]["runs"]) else runs
+        blocks = _blocks(df.get_column("run_dir"), offset)
+        if live[key] is not None:  # a part holding superseded runs: only its live blocks
+            blocks = blocks.filter(pl.col("value").is_in(live[key]))
+        parts.append(blocks)
+        offset += df.height
+    blocks = pl.concat(parts)
+    df = pl.concat(frames, how="vertical")
+    return _by_blocks(df, blocks, _block_ranks(blocks, m), dropped=blocks.get_column(
+        "len").sum() != df.height)
+
+
+def _utf8(names: list[str]) -> bool:
+    try:
+        "".join(names).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _blocks(run_dir: pl.Series, offset: int) -> pl.DataFrame:
+    """The runs of equal ``run_dir`` of a column: ``value``, ``len`` and ``start`` (the row
+    of its first row, plus ``offset``)."""
+    blocks = run_dir.rle().struct.unnest()
+    lens = blocks.get_column("len").cast(pl.Int64)
+    return blocks.with_columns(lens.alias("len"), (lens.cum_sum() - lens + offset).alias("start"))
+
+
+def _block_ranks(blocks: pl.DataFrame, m: Any) -> pl.Series:
+    """Each block's run's position in discovery order (``m.order``)."""
     rank = {r: i for i, r in enumerate(m.order)}
     try:
-        idx = df.get_column("run_dir").replace_strict(rank, return_dtype=pl.UInt32)
+        return blocks.get_column("value").replace_strict(rank, return_dtype=pl.UInt32)
     except UnicodeEncodeError:  # a run folder name that is not UTF-8
         rank = {r: i for i, r in enumerate(shown(m.order))}
-        idx = df.get_column("run_dir").replace_strict(rank, return_dtype=pl.UInt32)
-    if idx.is_sorted():
+        return blocks.get_column("value").replace_strict(rank, return_dtype=pl.UInt32)
+
+
+def _by_blocks(df: pl.DataFrame, blocks: pl.DataFrame, ranks: pl.Series, *,
+               dropped: bool) -> pl.DataFrame:
+    """The rows of ``blocks`` (``dropped``: not all of ``df``'s rows) sorted by ``ranks``
+    (stably: a stable sort of the blocks by rank is the stable sort of their rows by rank,
+    a block's rows keeping their order), in one gather; ``df`` itself when nothing moves."""
+    if not dropped and ranks.is_sorted():
         return df
-    return df.with_columns(idx.alias("__order")).sort("__order", maintain_order=True).drop(
-        "__order")
+    moves = blocks.select("start", "len").with_columns(ranks.alias("rank")).sort(
+        "rank", maintain_order=True)
+    # blocks that follow each other in ``df`` too make one segment (after a refresh that
+    # re-read a few runs of every part, a few hundred segments for 10,000 runs)
+    cont = pl.col("start") == (pl.col("start") + pl.col("len")).shift(1)
+    segs = (moves.with_columns((~cont.fill_null(False)).cum_sum().alias("seg"))
+            .group_by("seg", maintain_order=True)
+            .agg(pl.col("start").first(), pl.col("len").sum()))
+    if not segs.height:
+        return df.clear()
+    if segs.height <= SLICED_SEGMENTS:
+        # zero-copy slices, then one copy into one chunk: ~4x cheaper than a gather by row
+        # index (10,000 runs' events with 300 segments: 0.04 vs 0.15 s)
+        return pl.concat([df.slice(s, n) for s, n in segs.select("start", "len").iter_rows()],
+                         how="vertical", rechunk=True)
+    idx = segs.select(pl.int_ranges("start", pl.col("start") + pl.col("len"),
+                                    dtype=pl.Int64).explode()).to_series()
+    # one chunk first: a gather over many chunks costs ~10x more per column here
+    return df.rechunk()[idx]
+
+
+SLICED_SEGMENTS = 4096
+"""Up to this many segments to move, :func:`read_table` copies slices, beyond by a gather."""
 
 
 def resolve_fork_links(lf: pl.LazyFrame, store: Any, m: Any) -> pl.LazyFrame:
