@@ -116,6 +116,28 @@ def test_warm_equals_cold_after_every_kind_of_change(fleet: Path, tmp_path: Path
     assert Store(store).manifest().runs[str(a)]["writer_active"] is False
 
 
+def test_a_lock_taken_without_a_write_is_seen_by_the_stat_pass(fleet: Path,
+                                                                tmp_path: Path) -> None:
+    """Only the held-lock bit of the fingerprint changes (the lock file is not written): the
+    stat pass's lock keys (read in a thread started before the manifest) must show it."""
+    store = tmp_path / "store"
+    run = _runs(fleet, "completed")[0]
+    (run / ".writer.lock").write_text("pid=1 token=abc\n")
+    _age(run)
+    ra.runs_df(str(fleet), store_dir=store)
+    assert _refresh(fleet, store).reread == 0
+    fd = os.open(run / ".writer.lock", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert _refresh(fleet, store).reread == 1
+        assert Store(store).manifest().runs[str(run)]["writer_active"] is True
+        assert_warm_equals_cold(fleet, store)
+    finally:
+        os.close(fd)
+    assert _refresh(fleet, store).reread == 1  # released: seen too
+    assert Store(store).manifest().runs[str(run)]["writer_active"] is False
+
+
 def test_scans_push_down_and_match_the_table(fleet: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
     lf = ra.scan_events(str(fleet), store_dir=store)

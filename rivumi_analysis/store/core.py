@@ -423,7 +423,8 @@ class Store:
                 executor: ChunkExecutor | None = None,
                 listings: dict[str, list[str]] | None = None,
                 current: tuple[Manifest | None, tuple[int, ...] | None] | None = None,
-                discovery: dict[str, Any] | None = None) -> Manifest:
+                discovery: dict[str, Any] | None = None,
+                held_locks: Callable[[], frozenset[str]] | None = None) -> Manifest:
         """Bring the store up to date with ``locations`` (the discovered fleet).
 
         Reads only what changed (see the module docstring); takes the lock only to write.
@@ -439,6 +440,9 @@ class Store:
         nothing changed (the caller may already have read its parts, see :func:`open_store`).
         ``discovery``: what the discovery of ``locations`` listed (:func:`_discovery_memo`),
         recorded in the manifest written (the next open re-uses it while nothing changed).
+        ``held_locks``: returns the held file locks the stat pass uses (default: read
+        ``/proc/locks`` when the pass starts; :func:`open_store` reads them in a thread
+        started before the manifest, see :class:`_HeldLocks`).
 
         A first build of a large fleet starts its worker processes before the stat pass,
         so their start-up (imports) overlaps it (:func:`_early_pool`).
@@ -449,7 +453,7 @@ class Store:
             return self._refresh(t0, locs, sources=sources, max_depth=max_depth,
                                  verify=verify, compact=compact, jobs=jobs, executor=executor,
                                  listings=listings, current=current, discovery=discovery,
-                                 pool=pool)
+                                 pool=pool, held_locks=held_locks)
 
     def _early_jobs(self, locs: list[RunLocation], jobs: int | None,
                     executor: ChunkExecutor | None,
@@ -470,10 +474,11 @@ class Store:
                  max_depth: int, verify: bool, compact: bool, jobs: int | None,
                  executor: ChunkExecutor | None, listings: dict[str, list[str]] | None,
                  current: tuple[Manifest | None, tuple[int, ...] | None] | None,
-                 discovery: dict[str, Any] | None, pool: Any) -> Manifest:
+                 discovery: dict[str, Any] | None, pool: Any,
+                 held_locks: Callable[[], frozenset[str]] | None = None) -> Manifest:
         """:meth:`refresh` (``pool``: worker processes already started, or None)."""
         order = [loc.run_dir for loc in locs]
-        held = _held_keys()
+        held = held_locks() if held_locks is not None else _held_keys()
         listings = listings or {}
         fps = {loc.run_dir: run_fingerprint(loc.run_dir, held, listings.get(loc.run_dir))
                for loc in locs}
@@ -1071,6 +1076,31 @@ class _Prefetch(threading.Thread):
             self.value = None
 
 
+class _HeldLocks(threading.Thread):
+    """The held file locks (``read.cache.proc_locked_keys``) read in a background thread.
+
+    Reading ``/proc/locks`` makes the kernel take its file-lock rwsem for writing, which waits
+    for an RCU grace period: 5-8 ms here unless it was read in the last ~0.5 s, spent asleep
+    with the GIL released. An open starts this first, so that wait overlaps the manifest read
+    and the discovery instead of preceding the stat pass (the keys are read a few tens of
+    milliseconds earlier: a lock taken or released meanwhile shows at the next open, as one
+    taken or released just after the pass does)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="rivumi-store-locks", daemon=True)
+        self.value: frozenset[str] | None = None
+
+    def run(self) -> None:
+        try:
+            self.value = _held_keys()
+        except BaseException:  # noqa: BLE001 (read again by the caller, which raises it)
+            self.value = None
+
+    def get(self) -> frozenset[str]:
+        self.join()
+        return self.value if self.value is not None else _held_keys()
+
+
 def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
           max_depth: int, verify: bool, compact: bool = False, hook: Hook | None = None,
           executor: ChunkExecutor | None = None, jobs: int | None = None,
@@ -1090,6 +1120,8 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
     # entries, fingerprints) and no cycle: the collector's full passes over them cost
     # 0.03-0.1 CPU-s per open of 10,000 runs
     with gc_paused():
+        locks = _HeldLocks()
+        locks.start()  # its wait in the kernel overlaps the manifest read and the discovery
         store = Store(d, hook=hook)
         current = store._manifest_and_identity()
         m0 = current[0]
@@ -1112,7 +1144,7 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
                 memo = _discovery_memo(tops, max_depth, locs, listings, folders, t0)
             m = store.refresh(locs, sources=tops, max_depth=max_depth, verify=verify,
                               compact=compact, jobs=jobs, executor=executor, listings=listings,
-                              current=current, discovery=memo)
+                              current=current, discovery=memo, held_locks=locks.get)
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
                              errno.ENOTDIR, errno.EEXIST):
