@@ -94,3 +94,26 @@ def test_write_parts_records_each_files_own_size_and_digest(tmp_path: Path) -> N
     assert [(f["bytes"], f["blake2b"]) for f in again["files"]] == [
         (f["bytes"], f["blake2b"]) for f in first["files"]]
     assert len({f["blake2b"] for f in first["files"]}) == len(first["files"])
+
+
+def test_write_prefixes_records_the_bytes_on_disk_and_leaves_no_temporary(tmp_path: Path) -> None:
+    """A part's live-run prefixes go through the same atomic writer as the Parquet parts: the
+    record's size and BLAKE2b are of the file on disk, it unpickles to what was given, and a
+    rewrite under the same key replaces it whole with no temporary left behind."""
+    import os
+    import pickle
+
+    from rivumi_analysis.store.build import file_digest
+    from rivumi_analysis.store.core import write_prefixes
+
+    first = write_prefixes({"/runs/a": b"\x00prefix", "/runs/b": b""}, str(tmp_path), "c0")
+    path = tmp_path / first["path"]
+    assert first["rows"] == 2
+    assert first["bytes"] == os.path.getsize(path) > 0
+    assert first["blake2b"] == file_digest(str(path))
+    assert pickle.loads(path.read_bytes()) == {"/runs/a": b"\x00prefix", "/runs/b": b""}
+    again = write_prefixes({"/runs/c": b"x" * 1000}, str(tmp_path), "c0")
+    assert again["path"] == first["path"] and again["blake2b"] != first["blake2b"]
+    assert again["blake2b"] == file_digest(str(path))
+    assert pickle.loads(path.read_bytes()) == {"/runs/c": b"x" * 1000}
+    assert not list(tmp_path.rglob("*.tmp"))

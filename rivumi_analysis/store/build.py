@@ -460,29 +460,39 @@ def _write_file(arrow: Any, out: str, table: str, kind: str, key: str,
                 rows: int) -> dict[str, Any]:
     """Write one part file atomically and describe it.
 
-    The file is encoded in memory, its BLAKE2b taken from those bytes (not read back), then
-    written once under a temporary name, fsynced and renamed in: a part is durable before
-    any manifest can name it (the manifest is written after every part's record is back).
+    The file is encoded in memory and written once by :func:`write_atomically`: a part is
+    durable before any manifest can name it (the manifest is written after every part's
+    record is back).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     rel = os.path.join(table, f"kind={kind}", f"part-{key}.parquet")
-    path = os.path.join(out, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(path), f".part-{key}.parquet.{os.getpid()}.tmp")
     sink = pa.BufferOutputStream()
     pq.write_table(arrow, sink, compression="zstd", coerce_timestamps="us",
                    allow_truncated_timestamps=False)
     data = sink.getvalue()
+    return {"table": table, "kind": kind, "path": rel, "rows": rows,
+            "bytes": data.size, "blake2b": write_atomically(os.path.join(out, rel), data)}
+
+
+def write_atomically(path: str, data: Any) -> str:
+    """Write ``data`` (bytes-like) to ``path`` durably and atomically; return its BLAKE2b.
+
+    The digest is taken from the bytes in memory (never read back). The file is written once
+    under a temporary name, fsynced and renamed in, so a reader sees the old file or the whole
+    new one and a manifest written afterwards never names a file that is not on disk.
+    """
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
     digest = hashlib.blake2b(data, digest_size=16).hexdigest()
     with open(tmp, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-    return {"table": table, "kind": kind, "path": rel, "rows": rows,
-            "bytes": data.size, "blake2b": digest}
+    return digest
 
 
 def _oldest_arrow() -> Any:

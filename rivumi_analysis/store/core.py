@@ -54,7 +54,14 @@ from ..read.cache import RACY_SECONDS, Fingerprint, code_fingerprint, default_ca
 from ..read.cache import proc_locked_keys as _held_keys
 from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover, normalize_sources
 from ..read.snapshot import _lock_key, gc_paused
-from .build import TABLES, chunk_frames, file_digest, schema_blobs, write_parts
+from .build import (
+    TABLES,
+    chunk_frames,
+    file_digest,
+    schema_blobs,
+    write_atomically,
+    write_parts,
+)
 
 STORE_FORMAT = 2
 """Layout of the manifest (bump when it changes shape; an old store is rebuilt)."""
@@ -874,16 +881,9 @@ def run_chunk(task: ChunkTask, progress: RunsDone | None = None) -> ChunkResult:
 def write_prefixes(prefixes: dict[str, bytes], directory: str, key: str) -> dict[str, Any]:
     """Write a part's live-run prefixes (``run_dir`` -> pickled prefix) atomically."""
     rel = os.path.join(PREFIX_DIR, f"part-{key}.pickle")
-    path = os.path.join(directory, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(path), f".part-{key}.pickle.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        pickle.dump(prefixes, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    data = pickle.dumps(prefixes, protocol=pickle.HIGHEST_PROTOCOL)
     return {"table": PREFIX_DIR, "kind": "", "path": rel, "rows": len(prefixes),
-            "bytes": os.path.getsize(path), "blake2b": file_digest(path)}
+            "bytes": len(data), "blake2b": write_atomically(os.path.join(directory, rel), data)}
 
 
 def local_executor(tasks: Sequence[ChunkTask], *, jobs: int | None = None,
