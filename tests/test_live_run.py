@@ -19,7 +19,15 @@ WRITER = textwrap.dedent("""
     run, n = sys.argv[1], int(sys.argv[2])
     lines = open(sys.argv[3], "rb").read().splitlines()
     manifest = json.loads(open(sys.argv[4], "rb").read())
+    hs = sys.argv[5]
     for k in range(n):
+        if k in (n // 4, n // 2, 3 * n // 4):
+            # hand-shake: pause mid-stream until the test has audited the run while it waits
+            # (overlap by construction, not by scheduling luck on a loaded machine)
+            open(os.path.join(hs, "paused-%d" % k), "w").close()
+            deadline = time.monotonic() + 30
+            while not os.path.exists(os.path.join(hs, "go-%d" % k)) and time.monotonic() < deadline:
+                time.sleep(0.001)
         obj = json.loads(lines[k % len(lines)])
         obj["sequence"] = k
         if obj["event_type"] in ("tool.started", "verification.started", "run.completed"):
@@ -48,15 +56,23 @@ def test_audit_during_appends_is_never_corrupt(tmp_path: Path) -> None:
     (tmp_path / "lines.jsonl").write_bytes(example_events())
     (tmp_path / "manifest.json").write_bytes(dumps(m))
     (tmp_path / "writer.py").write_text(WRITER)
+    hs = tmp_path / "handshake"
+    hs.mkdir()
     proc = subprocess.Popen([sys.executable, str(tmp_path / "writer.py"), str(run), "3000",
-                             str(tmp_path / "lines.jsonl"), str(tmp_path / "manifest.json")],
+                             str(tmp_path / "lines.jsonl"), str(tmp_path / "manifest.json"),
+                             str(hs)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: list[dict] = []
+    pending: set[str] = set()
     deadline = time.monotonic() + 100
     try:
         while proc.poll() is None and time.monotonic() < deadline:
             if (run / "events.jsonl").exists():
                 seen.append(audit_run(str(run)))
+            for k in pending:  # an audit ran wholly inside the writer's pause at k: release it
+                (hs / f"go-{k}").touch()
+            pending = {p.name.split("-")[1] for p in hs.glob("paused-*")} - {
+                p.name.split("-")[1] for p in hs.glob("go-*")}
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
@@ -65,6 +81,8 @@ def test_audit_during_appends_is_never_corrupt(tmp_path: Path) -> None:
             pytest.fail(f"writer stalled; stderr={err!r}; files={sorted(p.name for p in run.iterdir())}")
     assert "done" in out, err
     assert len(seen) >= 3, "the audit never overlapped the writer"
+    assert sorted(p.name for p in hs.glob("go-*")) == ["go-1500", "go-2250", "go-750"], (
+        "the writer went on without the hand-shake")
     bad = [r for r in seen if r["verdict"] not in ("resumable", "resync")
            and "live_changed" not in r["warnings"]]
     assert not bad, json.dumps(bad[:2], indent=1)
