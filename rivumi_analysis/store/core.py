@@ -1057,26 +1057,35 @@ def open_and_read(source: Source | None, read: Callable[[Store, Manifest], T], *
     return opened, read(opened.store, opened.manifest)
 
 
-class _Prefetch(threading.Thread):
-    """``read(store, manifest)`` in a background thread; ``ok``/``value`` once joined
-    (any exception is kept out of the way: the caller reads again in its own thread)."""
+class _InThread(threading.Thread):
+    """``fn(*args)`` in a daemon thread; ``ok``/``value`` once joined (any exception is kept
+    out of the way: the caller does the work again in its own thread, which raises it)."""
 
-    def __init__(self, read: Callable[[Store, Manifest], Any], store: Store,
-                 manifest: Manifest) -> None:
-        super().__init__(name="rivumi-store-prefetch", daemon=True)
-        self.read, self.store, self.manifest = read, store, manifest
+    def __init__(self, name: str, fn: Callable[..., Any], *args: Any) -> None:
+        super().__init__(name=name, daemon=True)
+        self.fn, self.args = fn, args
         self.ok = False
         self.value: Any = None
 
     def run(self) -> None:
         try:
-            self.value = self.read(self.store, self.manifest)
+            self.value = self.fn(*self.args)
             self.ok = True
-        except BaseException:  # noqa: BLE001 (read again by the caller, which raises it)
+        except BaseException:  # noqa: BLE001 (done again by the caller, which raises it)
             self.value = None
 
 
-class _HeldLocks(threading.Thread):
+class _Prefetch(_InThread):
+    """``read(store, manifest)`` in a background thread (the optimistic read of the parts of
+    the manifest in force, see :func:`open_and_read`)."""
+
+    def __init__(self, read: Callable[[Store, Manifest], Any], store: Store,
+                 manifest: Manifest) -> None:
+        super().__init__("rivumi-store-prefetch", read, store, manifest)
+        self.manifest = manifest
+
+
+class _HeldLocks(_InThread):
     """The held file locks (``read.cache.proc_locked_keys``) read in a background thread.
 
     Reading ``/proc/locks`` makes the kernel take its file-lock rwsem for writing, which waits
@@ -1087,18 +1096,11 @@ class _HeldLocks(threading.Thread):
     taken or released just after the pass does)."""
 
     def __init__(self) -> None:
-        super().__init__(name="rivumi-store-locks", daemon=True)
-        self.value: frozenset[str] | None = None
-
-    def run(self) -> None:
-        try:
-            self.value = _held_keys()
-        except BaseException:  # noqa: BLE001 (read again by the caller, which raises it)
-            self.value = None
+        super().__init__("rivumi-store-locks", _held_keys)
 
     def get(self) -> frozenset[str]:
         self.join()
-        return self.value if self.value is not None else _held_keys()
+        return self.value if self.ok else _held_keys()
 
 
 def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
