@@ -39,6 +39,21 @@ from .io import (
 
 STABLE_READ_ATTEMPTS = 6
 RETRY_SLEEP_SECONDS = 0.002
+TAIL_RACY_SECONDS = 2.0
+"""A torn ``events.jsonl`` modified less than this long ago (wall clock against its mtime)
+may be a write still in flight: :func:`_tail_in_flight` waits for it. ``write()`` stamps the
+mtime before it copies a byte, so an in-flight line's mtime is as old as the writer's
+preemption (milliseconds, even on a loaded machine); 2 s is far above that, and a crashed
+run's log is older than that by the time it is audited, except right after the crash. (The
+same window as ``read.cache.RACY_SECONDS``.)"""
+TAIL_WAIT_SECONDS = 0.25
+"""Bound on the sleeps waiting for an in-flight line to complete (doubling from
+:data:`RETRY_SLEEP_SECONDS`: 2, 4, ... 128 ms, 254 ms in all, once per read). A writer
+preempted mid-``write()`` on a loaded 2-core machine runs again within tens of ms; one that
+stays stalled longer is reported as a torn tail, as before."""
+_PAGE_BYTES = 4096
+"""The smallest page size: a page-cache write grows the file's size one page (or folio, a
+multiple of it) at a time, so a read overlapping an in-flight write ends on a multiple."""
 _DOC_DECODER = msgspec.json.Decoder()
 
 _NOT_READ = FileRead("not_read")
@@ -457,6 +472,42 @@ def _writer_lock(run_dir: str, held_locks: frozenset[str] | None = None,
     return token, held
 
 
+def _tail_in_flight(data: bytes | None, path: str,
+                    lstat: Callable[[str], tuple[int, int, int, int] | None], *,
+                    wait: bool = True) -> tuple[bool, bool]:
+    """Whether the torn tail just read from ``path`` may be a line still being appended.
+
+    ``(moved, waited)``: ``moved`` when ``data`` does not end with ``\\n`` and the file
+    (``lstat``: ``read.io.lstat_identity`` or ``read.uri``'s) is no longer as read: it was
+    already another size, or, when the tail can be a write in flight (its length a multiple
+    of :data:`_PAGE_BYTES` and the file modified within :data:`TAIL_RACY_SECONDS`) and
+    ``wait``, it changed within :data:`TAIL_WAIT_SECONDS` of backed-off sleeps (``waited``).
+    A complete log costs nothing, a crash tail (old, or off the page grid) one ``lstat``; a
+    writer stalled mid-line (or killed there a moment ago) the whole wait.
+
+    >>> _tail_in_flight(b'{"a":1}\\n', "/nonexistent", lambda p: None)
+    (False, False)
+    """
+    if not data or data.endswith(b"\n"):
+        return False, False
+    now = lstat(path)
+    if now is None:
+        return False, False
+    if now[0] != len(data):  # grew (or was replaced) between the read and this lstat
+        return True, False
+    if not wait or len(data) % _PAGE_BYTES or (
+            time.time_ns() - now[1] > TAIL_RACY_SECONDS * 1e9):
+        return False, False
+    delay, slept = RETRY_SLEEP_SECONDS, 0.0
+    while slept < TAIL_WAIT_SECONDS:
+        time.sleep(delay)
+        slept += delay
+        delay *= 2
+        if lstat(path) != now:
+            return True, True
+    return False, True
+
+
 def read_run(run_dir: str, *, is_subagent: bool = False,
              parent_run_dir: str | None = None, events_prefix: Any = None,
              decoded_out: list[Any] | None = None, source_root: str | None = None,
@@ -466,7 +517,8 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     """Read one run directory into a :class:`RunData`. Never raises for bad content.
 
     A live run is re-read until ``session.json`` and ``events.jsonl`` were not replaced
-    while being read (bounded attempts; ``live_changed`` when no stable snapshot was had).
+    while being read (bounded attempts; ``live_changed`` when no stable snapshot was had),
+    and while its log's torn tail may be a line still being appended (:func:`_tail_in_flight`).
 
     ``events_prefix`` (the incremental cache, ``read.cache.EventsPrefix``) supplies the decoded
     complete lines of an already-read prefix; it is used only when ``events_prefix.matches``
@@ -511,6 +563,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
             if absent:
                 not_read = {name: _MISSING for name in absent}
     live_changed = True
+    may_wait = True
     session_path = os.path.join(run_dir, "session.json")
     for attempt in range(STABLE_READ_ATTEMPTS):
         if attempt:
@@ -524,12 +577,12 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
                  for name in ("session.json", "request.json", "events.jsonl")}
         after = lstat_identity(session_path)
         ev = files["events.jsonl"]
-        events_now = lstat_identity(os.path.join(run_dir, "events.jsonl"))
-        torn_by_race = (
-            ev.data is not None and ev.data and not ev.data.endswith(b"\n")
-            and events_now is not None and events_now[0] != len(ev.data)
-        )
-        if torn_by_race:
+        # A torn tail may be a line still being written (its size grows page by page while
+        # the writer is preempted mid-write()): re-read when the log moved on.
+        moved, waited = _tail_in_flight(ev.data, os.path.join(run_dir, "events.jsonl"),
+                                        lstat_identity, wait=may_wait)
+        may_wait = may_wait and not waited  # (one bounded wait per read)
+        if moved:
             continue
         if before == after:
             live_changed = False
