@@ -23,8 +23,9 @@ summed over the child's whole process tree, workers included):
 (i) ``table:<name>`` every public ``*_df`` loader, each in its own process (so a table
                    that is quadratic in the fleet cannot hide behind the others).
 
-On the single large log only ``events_df`` and ``states_df`` are measured. Timed figures are
-medians over ``--reps`` repetitions with the spread (min-max). Nothing here is asserted.
+On the single large log only ``events_df`` and ``states_df`` are measured. Timed figures and
+peak RSS are medians over ``--reps`` repetitions with the spread (min-max); every ratio a/b is
+the ratio of the medians with ``[min(a)/max(b)-max(a)/min(b)]``. Nothing here is asserted.
 """
 
 from __future__ import annotations
@@ -106,16 +107,31 @@ def _copy_fixture(out: Path, runs: int, single_log_mb: int | None) -> None:
 
 
 def corpus_stats(root: Path) -> dict[str, Any]:
-    files = nbytes = ebytes = 0
+    """Files and bytes of the corpus, and of its largest run (what bounds the audit's RSS).
+
+    A run's bytes are every file below its top-level folder (the generator writes one folder
+    per run directly under the root); ``largest_events_bytes`` is the biggest single
+    ``events.jsonl``, wherever it lies.
+    """
+    files = nbytes = ebytes = big_events = 0
+    per_run: dict[str, int] = {}
     for dp, _dn, fn in os.walk(root):
+        rel = os.path.relpath(dp, root)
+        run = rel.split(os.sep, 1)[0] if rel != "." else None
         for f in fn:
             if f.startswith(".bench"):
                 continue
             files += 1
             size = os.lstat(os.path.join(dp, f)).st_size
             nbytes += size
-            ebytes += size if f == "events.jsonl" else 0
-    return {"files": files, "bytes": nbytes, "events_bytes": ebytes}
+            if f == "events.jsonl":
+                ebytes += size
+                big_events = max(big_events, size)
+            if run is not None:
+                per_run[run] = per_run.get(run, 0) + size
+    return {"files": files, "bytes": nbytes, "events_bytes": ebytes, "runs": len(per_run),
+            "largest_run_bytes": max(per_run.values(), default=0),
+            "largest_events_bytes": big_events}
 
 
 # --- measurements (each runs in a child: `bench.py _measure NAME CORPUS [CACHE]`) ---------------
@@ -263,7 +279,7 @@ def m_polars_scan(root: str, cache: str | None) -> dict[str, Any]:
 
 TABLES = ("runs_df", "events_df", "quarantine_df", "manifests_df", "tool_calls_df",
           "approvals_df", "model_calls_df", "usage_df", "verifications_df", "states_df",
-          "drift_df", "forks_df")
+          "drift_df", "forks_df", "messages_df")
 
 
 def m_table(name: str, root: str) -> dict[str, Any]:
@@ -400,11 +416,20 @@ def measure(name: str, root: Path, reps: int) -> dict[str, Any]:
             if file_list:
                 os.unlink(file_list)
     secs = [i["seconds"] for i in inner] if inner else walls
+    peaks_mb = [p / 2**20 for p in peaks]
     res = {"median_s": statistics.median(secs), "min_s": min(secs), "max_s": max(secs),
-           "peak_rss_mb": max(peaks) / 2**20, "wall_incl_startup_s": statistics.median(walls),
+           "peak_rss_mb": statistics.median(peaks_mb), "peak_rss_min_mb": min(peaks_mb),
+           "peak_rss_max_mb": max(peaks_mb), "wall_incl_startup_s": statistics.median(walls),
            "cpu_incl_startup_s": statistics.median(cpus)}
     if inner:
         res.update({k: v for k, v in inner[-1].items() if k != "seconds"})
+    # every rep's figure, under the key of its median: the ratios print their spread from these
+    res["reps"] = {"median_s": secs, "wall_incl_startup_s": walls,
+                   "cpu_incl_startup_s": cpus, "peak_rss_mb": peaks_mb}
+    if inner and all("cpu_s" in i for i in inner):
+        cpu_s = [i["cpu_s"] for i in inner]
+        res["cpu_s"] = round(statistics.median(cpu_s), 3)  # the median, not the last rep's
+        res["reps"]["cpu_s"] = cpu_s
     return res
 
 
@@ -423,18 +448,21 @@ FLEET_MEASURES = ("wc_l", "read_all", "stat_floor", "msgspec_envelope", "polars_
 def bench_corpus(label: str, root: Path, reps: int, names: tuple[str, ...]) -> dict[str, Any]:
     stats = corpus_stats(root)
     print(f"\n== {label}: {root} ({stats['files']} files, {stats['bytes'] / 1e6:.1f} MB, "
-          f"events.jsonl {stats['events_bytes'] / 1e6:.1f} MB)", flush=True)
+          f"events.jsonl {stats['events_bytes'] / 1e6:.1f} MB; {stats['runs']} run folders, "
+          f"largest run {stats['largest_run_bytes'] / 1e6:.2f} MB, largest events.jsonl "
+          f"{stats['largest_events_bytes'] / 1e6:.2f} MB)", flush=True)
     print(f"   load average at start: {_loadavg()}", flush=True)
     out: dict[str, Any] = {"corpus": str(root), **stats, "results": {}}
     for name in names:
         r = measure(name, root, reps)
         out["results"][name] = r
         extra = {k: v for k, v in r.items() if k not in (
-            "median_s", "min_s", "max_s", "peak_rss_mb", "wall_incl_startup_s",
-            "cpu_incl_startup_s")}
+            "median_s", "min_s", "max_s", "peak_rss_mb", "peak_rss_min_mb", "peak_rss_max_mb",
+            "wall_incl_startup_s", "cpu_incl_startup_s", "reps")}
         print(f"  {name:15s} {r['median_s']:8.3f} s  [{r['min_s']:.3f}-{r['max_s']:.3f}]"
               f"  process wall {r['wall_incl_startup_s']:7.3f} s cpu {r['cpu_incl_startup_s']:7.3f} s"
-              f"  peak RSS {r['peak_rss_mb']:7.1f} MB"
+              f"  peak RSS {r['peak_rss_mb']:7.1f} MB [{r['peak_rss_min_mb']:.1f}-"
+              f"{r['peak_rss_max_mb']:.1f}]"
               f"  {extra if extra else ''}", flush=True)
     print(f"   load average at end: {_loadavg()}", flush=True)
     out["loadavg_end"] = _loadavg()
@@ -450,70 +478,104 @@ def _loadavg() -> str:
 
 
 def _ratios(out: dict[str, Any]) -> None:
-    """Ratios between measurements of the same run (the goals of issues 6 and 10)."""
+    """Ratios between measurements of the same run (the goals of issues 6 and 10).
+
+    Each ratio a/b is printed as the ratio of the medians and its spread over the reps,
+    ``[min(a)/max(b)-max(a)/min(b)]``: the worst and best pairing of any two reps.
+    """
     r = out["results"]
 
-    def get(name: str, key: str = "median_s") -> float | None:
-        v = r[name][key] if name in r else None
-        return v if v == v else None  # NaN: the measurement failed
-
-    def table(name: str) -> dict[str, Any] | None:
+    def rec(name: str) -> dict[str, Any] | None:
+        # a table is measured as `table:<name>`, or under its own name with --only / single
         return r.get(f"table:{name}") or r.get(name)
 
-    lines = []
-    base, cli, wc = get("baseline"), get("cli_no_cache", "wall_incl_startup_s"), get("wc_l")
-    if base and cli:
-        lines.append(f"baseline / cli audit (--no-cache)  = {base / cli:6.2f}x  (goal >= 4x)")
-    if cli and wc:
-        lines.append(f"cli audit (--no-cache) / wc -l    = {cli / wc:6.2f}x")
-    bcpu, ccpu = get("baseline", "cpu_incl_startup_s"), get("cli_no_cache", "cpu_incl_startup_s")
-    if bcpu and ccpu:
-        lines.append(f"baseline / cli audit, CPU seconds  = {bcpu / ccpu:6.2f}x  (process "
-                     "CPU incl. start-up; insensitive to other load)")
-    def cpu(name: str) -> float | None:
-        return (r.get(name) or {}).get("cpu_s") or None
+    def reps(name: str, key: str = "median_s") -> list[float] | None:
+        got = rec(name)
+        vals = [v for v in ((got or {}).get("reps") or {}).get(key) or [] if v == v and v]
+        return vals or None  # None: not measured, failed (NaN) or zero
 
-    if cpu("baseline") and cpu("api_no_cache"):
-        lines.append(f"baseline / api audit (no cache), CPU of the timed sections = "
-                     f"{cpu('baseline') / cpu('api_no_cache'):6.2f}x")
-    if cpu("api_warm") and cpu("stat_floor"):
-        lines.append(f"api warm / stat floor, CPU of the timed sections = "
-                     f"{cpu('api_warm') / cpu('stat_floor'):6.2f}x  (goal <= 2x; load-insensitive)")
-    cold, warm, sf = get("api_cold"), get("api_warm"), get("stat_floor")
+    def ratio(label: str, a: list[float], b: list[float], note: str = "") -> str:
+        med = statistics.median(a) / statistics.median(b)
+        return (f"{label:33s} = {med:6.2f}x  [{min(a) / max(b):.2f}-{max(a) / min(b):.2f}]"
+                f"{'  ' + note if note else ''}")
+
+    lines = ["(each ratio: of the medians, then [min(a)/max(b)-max(a)/min(b)] over the reps)"]
+    mb = out["bytes"] / 2**20
+    base, cli, wc = reps("baseline"), reps("cli_no_cache", "wall_incl_startup_s"), reps("wc_l")
+    if base and cli:
+        lines.append(ratio("baseline / cli audit (--no-cache)", base, cli, "(goal >= 4x)"))
+    if cli and wc:
+        lines.append(ratio("cli audit (--no-cache) / wc -l", cli, wc))
+    bcpu, ccpu = reps("baseline", "cpu_incl_startup_s"), reps("cli_no_cache", "cpu_incl_startup_s")
+    if bcpu and ccpu:
+        lines.append(ratio("baseline / cli audit, CPU seconds", bcpu, ccpu,
+                           "(process CPU incl. start-up; insensitive to other load)"))
+    b_cpu, a_cpu = reps("baseline", "cpu_s"), reps("api_no_cache", "cpu_s")
+    if b_cpu and a_cpu:
+        lines.append(ratio("baseline / api audit (no cache), CPU of the timed sections",
+                           b_cpu, a_cpu))
+    w_cpu, f_cpu = reps("api_warm", "cpu_s"), reps("stat_floor", "cpu_s")
+    if w_cpu and f_cpu:
+        lines.append(ratio("api warm / stat floor, CPU of the timed sections", w_cpu, f_cpu,
+                           "(goal <= 2x; load-insensitive)"))
+    cold, warm, sf = reps("api_cold"), reps("api_warm"), reps("stat_floor")
     if cold and warm:
-        lines.append(f"api cold / api warm               = {cold / warm:6.2f}x")
+        lines.append(ratio("api cold / api warm", cold, warm))
     if warm and sf:
-        lines.append(f"api warm / stat floor             = {warm / sf:6.2f}x  (goal <= 2x)")
-    ms, ps = get("msgspec_envelope"), get("polars_scan")
-    ev = table("events_df")
+        lines.append(ratio("api warm / stat floor", warm, sf, "(goal <= 2x)"))
+    ms, ps, ev = reps("msgspec_envelope"), reps("polars_scan"), reps("events_df")
     if ev and ps:
-        lines.append(f"events_df / polars scan_ndjson    = {ev['median_s'] / ps:6.2f}x  (goal <= 2x)")
+        lines.append(ratio("events_df / polars scan_ndjson", ev, ps, "(goal <= 2x)"))
     if ev and ms:
-        lines.append(f"events_df / msgspec envelope      = {ev['median_s'] / ms:6.2f}x")
+        lines.append(ratio("events_df / msgspec envelope", ev, ms))
     if ms and ps:
-        lines.append(f"polars scan / msgspec envelope    = {ps / ms:6.2f}x")
+        lines.append(ratio("polars scan / msgspec envelope", ps, ms))
     if base and ms:
-        lines.append(f"baseline / msgspec envelope       = {base / ms:6.2f}x  (what decoding "
-                     "alone costs next to the runner's validation)")
-    st = table("states_df")
-    if st and st.get("rows"):
-        lines.append(f"states_df events/s                = {st['rows'] / st['median_s']:,.0f}"
-                     "  (goal >= 300,000)")
-    sr = r.get("states_reduce")
-    if sr and sr.get("rows"):
-        lines.append(f"states_df events/s, loaded runs   = {sr['rows'] / sr['median_s']:,.0f}"
-                     "  (goal >= 1,000,000)")
-    if ev:
-        lines.append(f"events_df peak RSS / corpus bytes = "
-                     f"{ev['peak_rss_mb'] * 2**20 / out['bytes']:6.2f}x  (goal <= 1.2x)")
+        lines.append(ratio("baseline / msgspec envelope", base, ms,
+                           "(what decoding alone costs next to the runner's validation)"))
+    for name, label, goal in (("states_df", "states_df events/s", "300,000"),
+                              ("states_reduce", "states_df events/s, loaded runs", "1,000,000")):
+        secs, rows = reps(name), (rec(name) or {}).get("rows")
+        if secs and rows:  # events/s: rows / time, so the slowest rep gives the low end
+            lines.append(f"{label:33s} = {rows / statistics.median(secs):,.0f}  "
+                         f"[{rows / max(secs):,.0f}-{rows / min(secs):,.0f}]  (goal >= {goal})")
+    ev_rss = reps("events_df", "peak_rss_mb")
+    if ev_rss:
+        lines.append(f"{'events_df peak RSS / corpus bytes':33s} = "
+                     f"{statistics.median(ev_rss) / mb:6.2f}x  "
+                     f"[{min(ev_rss) / mb:.2f}-{max(ev_rss) / mb:.2f}]  (goal <= 1.2x)")
+    au_rss = reps("cli_no_cache", "peak_rss_mb")
+    if au_rss:
+        lines.append(f"{'cli audit (--no-cache) peak RSS':33s} = "
+                     f"{statistics.median(au_rss):.1f} MB  [{min(au_rss):.1f}-{max(au_rss):.1f}]"
+                     f"; largest run {out['largest_run_bytes'] / 2**20:.2f} MB, largest "
+                     f"events.jsonl {out['largest_events_bytes'] / 2**20:.2f} MB, corpus "
+                     f"{mb:.1f} MB (all in MB of 2**20 bytes, as RSS)  (goal: bounded by the "
+                     "largest run; compare fleet sizes below)")
     tables = {k.split(":", 1)[1]: v for k, v in r.items() if k.startswith("table:")}
     if tables and ev:
-        slowest = max(tables.items(), key=lambda kv: kv[1]["median_s"])
-        lines.append(f"slowest table: {slowest[0]} {slowest[1]['median_s']:.2f} s = "
-                     f"{slowest[1]['median_s'] / ev['median_s']:.2f}x events_df")
+        slowest = max(tables.items(), key=lambda kv: kv[1]["median_s"])[0]
+        sl = reps(slowest)
+        if sl:
+            lines.append(ratio(f"slowest table: {slowest} {statistics.median(sl):.2f} s / "
+                               "events_df", sl, ev))
     out["ratios"] = lines
     for ln in lines:
         print("  " + ln)
+
+
+def _audit_rss_by_fleet(results: dict[str, Any]) -> None:
+    """The CLI audit's peak RSS across the corpora of one invocation: growth with the fleet."""
+    rows = sorted((res["runs"], res["results"]["cli_no_cache"]) for res in results.values()
+                  if "cli_no_cache" in res.get("results", {}))
+    if len(rows) < 2:
+        return
+    (n0, r0), (n1, r1) = rows[0], rows[-1]
+    parts = ", ".join(f"{n} runs {r['peak_rss_mb']:.1f} MB [{r['peak_rss_min_mb']:.1f}-"
+                      f"{r['peak_rss_max_mb']:.1f}]" for n, r in rows)
+    print(f"\naudit peak RSS by fleet size (cli --no-cache, median [min-max]): {parts}; "
+          f"{n1 / max(n0, 1):.1f}x the runs -> {r1['peak_rss_mb'] / r0['peak_rss_mb']:.2f}x "
+          "the RSS (nothing asserted)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -563,6 +625,7 @@ def main(argv: list[str] | None = None) -> int:
             root = make_corpus(work / f"runs-{n}", n, n // 10)
             names = only or FLEET_MEASURES
         results[size] = bench_corpus(size, root, args.reps, names)
+    _audit_rss_by_fleet(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

@@ -184,7 +184,7 @@ def _write(tmp: Path, log: bytes) -> str:
 _MUTATION = st.one_of(st.just("none"), st.sampled_from(sorted(MUTATIONS)))
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=400, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, len(LINES) - 1), _MUTATION), min_size=1, max_size=12))
 def test_generated_logs(tmp_path: Path, picks: list[tuple[int, str]]) -> None:
@@ -195,6 +195,24 @@ def test_generated_logs(tmp_path: Path, picks: list[tuple[int, str]]) -> None:
     source = _write(tmp_path, b"".join(out))
     _check_all(source)
     assert_frame_equal(states_df(source), states_df(source, engine="reference"))
+
+
+def test_every_newline_cut_of_the_example() -> None:
+    """Every table at every newline cut of the shared example (the cuts
+    ``test_columnar.test_every_byte_cut_of_the_example`` and
+    ``test_cleanlog.test_every_cut_of_the_example`` find clean; torn cuts never are), in the
+    example run with its manifest as written and level with the cut: each cut's rows come
+    from the column builders (one clean segment) and equal the object builders'."""
+    from tests.test_cleanlog import _write as _example_run
+
+    for k in range(len(LINES) + 1):  # k lines: the cut after the k-th newline (0: empty)
+        for shift in (None, 0):
+            source = _example_run(b"".join(LINES[:k]), shift)
+            # (the empty log is not clean: read exactly)
+            assert _segments_kinds(source) == [(k > 0, k == 0)], (k, shift)
+            heights = _check_all(source)
+            assert heights["events"] == k
+            assert_frame_equal(states_df(source), states_df(source, engine="reference"))
 
 
 @pytest.mark.parametrize("engine", ["auto", "exact"])
