@@ -138,6 +138,34 @@ def test_a_lock_taken_without_a_write_is_seen_by_the_stat_pass(fleet: Path,
     assert Store(store).manifest().runs[str(run)]["writer_active"] is False
 
 
+def test_a_live_run_with_no_new_bytes_is_reread_on_every_open(fleet: Path,
+                                                                tmp_path: Path) -> None:
+    """A run whose writer lock is held is volatile: re-read on every open even when none of
+    its files changed (its fingerprint is the same); once the lock is released and the run
+    has settled (mtimes older than RACY_SECONDS), it is read once more and then no longer."""
+    store = tmp_path / "store"
+    run = _runs(fleet, "completed")[0]
+    ra.runs_df(str(fleet), store_dir=store)
+
+    def files() -> dict[str, tuple[int, int, int]]:
+        return {p.name: (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                for p in run.iterdir() for st in [p.lstat()]}
+
+    with _writer_lock_held(run):
+        _age(run)  # the lock file was just written: only the held lock keeps the run live
+        assert _refresh(fleet, store).reread == 1  # the lock taken
+        before = files()
+        for _ in range(2):
+            assert _refresh(fleet, store).reread == 1
+            e = Store(store).manifest().runs[str(run)]
+            assert e["volatile"] is True and e["writer_active"] is True
+        assert files() == before  # no byte written, not even a stat field changed
+    assert _refresh(fleet, store).reread == 1  # released
+    assert Store(store).manifest().runs[str(run)]["volatile"] is False
+    assert _refresh(fleet, store).reread == 0
+    assert _refresh(fleet, store).reread == 0
+
+
 def test_scans_push_down_and_match_the_table(fleet: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
     lf = ra.scan_events(str(fleet), store_dir=store)
