@@ -237,6 +237,30 @@ def test_damaged_part_is_detected_and_rebuilt(fleet: Path, tmp_path: Path) -> No
     assert Store(store).manifest() is not None
 
 
+def test_verify_catches_damage_that_keeps_identity_and_still_decodes(fleet: Path,
+                                                                      tmp_path: Path) -> None:
+    """The README's trade-off: by default a part is trusted by size, mtime and inode, so a
+    change that keeps them and still decodes is served; ``verify=True`` checks every
+    BLAKE2b, finds it and re-reads the part's runs."""
+    store = tmp_path / "store"
+    ra.events_df(str(fleet), store_dir=store)
+    m = Store(store).manifest()
+    key, f = next(iter(m.files("events")))
+    path = store / f["path"]
+    st = path.stat()
+    blob = path.read_bytes()
+    assert blob.count(b"parquet-cpp-arrow") == 1  # the footer's created_by: free text
+    path.write_bytes(blob.replace(b"parquet-cpp-arrow", b"parquet-cpp-arrox"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_ino == st.st_ino and open_store(
+        str(fleet), store_dir=store).store.last_stats.reread == 0  # trusted
+    pl.read_parquet(path)  # it still decodes
+    opened = open_store(str(fleet), store_dir=store, verify=True)
+    assert opened.store.last_stats.reread == len(m.parts[key]["runs"]) > 0
+    assert not Store(store).damaged_parts(Store(store).manifest(), deep=True)
+    assert_warm_equals_cold(fleet, store)
+
+
 def test_unwritable_store_warns_and_loads_in_memory(fleet: Path, tmp_path: Path) -> None:
     cold = ra.events_df(str(fleet), cache=False)
     blocker = tmp_path / "a-file"
