@@ -173,12 +173,7 @@ def test_watch_on_a_pipe_prints_plain_text_lines(tmp_path: Path) -> None:
         assert all(not ln.startswith("{") and "\x1b" not in ln for ln in lines), lines
         assert not any(str(root / settled.name) in ln for ln in lines), lines  # not live
     finally:
-        if writer.poll() is None:
-            writer.kill()
-        writer.wait(timeout=TIMEOUT)
-        for s in (writer.stdin, writer.stdout, writer.stderr):
-            if s is not None:
-                s.close()
+        _close(writer)  # type: ignore[arg-type]  # text mode: the same kill, wait and close
         if watcher is not None:
             _close(watcher)
 
