@@ -20,3 +20,12 @@ def test_example_fixture_is_an_unmodified_copy() -> None:
         pytest.fail(f"the spec's example run is expected beside the checkout at {shared}")
     for f in shared.iterdir():
         assert (EXAMPLE_DIR / f.name).read_bytes() == f.read_bytes(), f.name
+
+
+def test_readme_export_section_names_every_exported_table() -> None:
+    """``export`` writes every store table (one layout, one writer): the README says which."""
+    from rivumi_analysis.export import TABLES
+
+    readme = (ROOT / "README.md").read_text("utf-8")
+    section = readme.split("## Parquet export and the cache", 1)[1].split("\n## ", 1)[0]
+    assert [t for t in TABLES if f"`{t}`" not in section] == []

@@ -138,6 +138,34 @@ def test_a_lock_taken_without_a_write_is_seen_by_the_stat_pass(fleet: Path,
     assert Store(store).manifest().runs[str(run)]["writer_active"] is False
 
 
+def test_a_live_run_with_no_new_bytes_is_reread_on_every_open(fleet: Path,
+                                                                tmp_path: Path) -> None:
+    """A run whose writer lock is held is volatile: re-read on every open even when none of
+    its files changed (its fingerprint is the same); once the lock is released and the run
+    has settled (mtimes older than RACY_SECONDS), it is read once more and then no longer."""
+    store = tmp_path / "store"
+    run = _runs(fleet, "completed")[0]
+    ra.runs_df(str(fleet), store_dir=store)
+
+    def files() -> dict[str, tuple[int, int, int]]:
+        return {p.name: (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                for p in run.iterdir() for st in [p.lstat()]}
+
+    with _writer_lock_held(run):
+        _age(run)  # the lock file was just written: only the held lock keeps the run live
+        assert _refresh(fleet, store).reread == 1  # the lock taken
+        before = files()
+        for _ in range(2):
+            assert _refresh(fleet, store).reread == 1
+            e = Store(store).manifest().runs[str(run)]
+            assert e["volatile"] is True and e["writer_active"] is True
+        assert files() == before  # no byte written, not even a stat field changed
+    assert _refresh(fleet, store).reread == 1  # released
+    assert Store(store).manifest().runs[str(run)]["volatile"] is False
+    assert _refresh(fleet, store).reread == 0
+    assert _refresh(fleet, store).reread == 0
+
+
 def test_scans_push_down_and_match_the_table(fleet: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
     lf = ra.scan_events(str(fleet), store_dir=store)
@@ -207,6 +235,30 @@ def test_damaged_part_is_detected_and_rebuilt(fleet: Path, tmp_path: Path) -> No
     (store / MANIFEST).write_bytes(b"garbage")
     assert_frame_equal(ra.events_df(str(fleet), store_dir=store), cold)
     assert Store(store).manifest() is not None
+
+
+def test_verify_catches_damage_that_keeps_identity_and_still_decodes(fleet: Path,
+                                                                      tmp_path: Path) -> None:
+    """The README's trade-off: by default a part is trusted by size, mtime and inode, so a
+    change that keeps them and still decodes is served; ``verify=True`` checks every
+    BLAKE2b, finds it and re-reads the part's runs."""
+    store = tmp_path / "store"
+    ra.events_df(str(fleet), store_dir=store)
+    m = Store(store).manifest()
+    key, f = next(iter(m.files("events")))
+    path = store / f["path"]
+    st = path.stat()
+    blob = path.read_bytes()
+    assert blob.count(b"parquet-cpp-arrow") == 1  # the footer's created_by: free text
+    path.write_bytes(blob.replace(b"parquet-cpp-arrow", b"parquet-cpp-arrox"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_ino == st.st_ino and open_store(
+        str(fleet), store_dir=store).store.last_stats.reread == 0  # trusted
+    pl.read_parquet(path)  # it still decodes
+    opened = open_store(str(fleet), store_dir=store, verify=True)
+    assert opened.store.last_stats.reread == len(m.parts[key]["runs"]) > 0
+    assert not Store(store).damaged_parts(Store(store).manifest(), deep=True)
+    assert_warm_equals_cold(fleet, store)
 
 
 def test_unwritable_store_warns_and_loads_in_memory(fleet: Path, tmp_path: Path) -> None:

@@ -117,3 +117,30 @@ def test_write_prefixes_records_the_bytes_on_disk_and_leaves_no_temporary(tmp_pa
     assert again["blake2b"] == file_digest(str(path))
     assert pickle.loads(path.read_bytes()) == {"/runs/c": b"x" * 1000}
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+
+def test_before_rename_sees_the_whole_temporary_and_the_old_file(tmp_path: Path) -> None:
+    """The ``part_temp_written`` cut (``before_rename``) is between the fsynced temporary and
+    its rename: the temporary holds every new byte, the target still the old ones; and
+    ``write_parts`` passes the hook to every file it writes."""
+    import os
+
+    from rivumi_analysis.store.build import write_atomically
+
+    target = tmp_path / "d" / "f.bin"
+    target.parent.mkdir()
+    target.write_bytes(b"old")
+    seen: list[tuple[bytes, bytes]] = []
+    write_atomically(str(target), b"new bytes",
+                     before_rename=lambda tmp: seen.append((Path(tmp).read_bytes(),
+                                                            target.read_bytes())))
+    assert seen == [(b"new bytes", b"old")] and target.read_bytes() == b"new bytes"
+    temps: list[str] = []
+    out = write_parts(build_tables(discover(str(SAMPLES)).runs[:2]), tmp_path / "ds", "k",
+                      before_rename=temps.append)
+    # ".<name>.<pid>.tmp" beside each file the part holds
+    assert sorted(os.path.join(os.path.dirname(t), os.path.basename(t)[1:].rsplit(".", 2)[0])
+                  for t in temps) == sorted(str(tmp_path / "ds" / f["path"])
+                                            for f in out["files"])
+    assert not list(tmp_path.rglob("*.tmp"))

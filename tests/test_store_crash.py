@@ -141,10 +141,26 @@ def test_kill_at_every_cut_point(scene: tuple, tmp_path: Path, cut: str) -> None
     seen = snapshot(store)
     before_manifest = Store.CUT_POINTS.index(cut) < Store.CUT_POINTS.index("manifest_replaced")
     assert _same(seen, old if before_manifest else new), cut
+    left = _temps(store)
+    if cut == "part_temp_written":  # killed inside write_atomically, before its rename
+        assert any(p.name.startswith(".part-") for p in left), left
     # the next refresh repairs: every table equals a cold load
     for t in ra._TABLES:
         assert_frame_equal(getattr(ra, f"{t}_df")(str(src), store_dir=store), new[t]), t
-    assert Store(store).manifest().generation == Store(base).manifest().generation + 1
+    st = Store(store)
+    m = st.manifest()
+    assert m.generation == Store(base).manifest().generation + 1
+    # a leftover temporary file is named by no manifest, and gc removes it once past its grace
+    assert not {str(p.relative_to(store)) for p in left} & {
+        f["path"] for p in m.parts.values() for f in p["files"]}
+    st._gc(m, grace=0)
+    assert not _temps(store)
+    assert _same(snapshot(store), new)
+
+
+def _temps(store: Path) -> set[Path]:
+    """The temporary files (``write_atomically``'s and the manifest's) in ``store``."""
+    return set(store.rglob(".*.tmp"))
 
 
 def test_two_concurrent_refreshers(scene: tuple, tmp_path: Path) -> None:

@@ -1,11 +1,14 @@
 """``watch`` against a real-protocol writer appending in a child process, seen through a
 pseudo-terminal (pexpect): the run shows live, the stall alert after the writer pauses, and
-the final verdict after a SIGKILL; the same through ``--format jsonl`` on a pipe."""
+the final verdict after a SIGKILL; the same through ``--format jsonl`` on a pipe; and the
+default plain text on a pipe (live, then the verdict once the writer exits)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +18,10 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from rivumi_analysis.read.snapshot import read_run
+from rivumi_analysis.resume import decide
 from rivumi_analysis.store.watch import RunView, Watcher
+from tests.test_store_crash import _close, _line
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 60
@@ -121,6 +127,55 @@ def test_watch_live_stall_and_verdict_through_a_pty(tmp_path: Path) -> None:
         for s in (writer.stdin, writer.stdout, writer.stderr):
             if s is not None:
                 s.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_watch_on_a_pipe_prints_plain_text_lines(tmp_path: Path) -> None:
+    """stdout not a terminal, no ``--format``: one plain-text line per change (no screen, no
+    JSON). The live run shows while its writer holds the lock; once the writer finishes and
+    the lock is released, its verdict (the resume verdict of the finished run)."""
+    root = tmp_path / "fleet"
+    settled = sorted((ROOT / "sample_runs" / "completed").iterdir())[0]
+    shutil.copytree(settled, root / settled.name)
+    writer = _writer(root, pause_after=4)
+    watcher = None
+    lines: list[str] = []
+    try:
+        run_dir = _readline(writer)[4:]
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "rivumi_analysis.cli", "watch", str(root), "--interval",
+             "0.3", "--iterations", "500"],  # bounded: 500 ticks, whatever happens
+            cwd=str(ROOT), env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+        def until(pattern: str) -> re.Match[str]:
+            assert watcher is not None
+            deadline = time.monotonic() + TIMEOUT
+            while time.monotonic() < deadline:
+                try:
+                    lines.append(_line(watcher))  # bounded too; says the child's stderr
+                except AssertionError as exc:
+                    raise AssertionError(f"no {pattern!r} in {lines}: {exc}") from None
+                found = re.search(pattern, lines[-1])
+                if found:
+                    return found
+            raise AssertionError(f"no {pattern!r} in {TIMEOUT} s: {lines}")
+
+        until(rf"^\d\d:\d\d:\d\d LIVE {re.escape(run_dir)}: step \d+/\d+, last event ")
+        assert _readline(writer) == "PAUSED"
+        assert writer.stdin is not None
+        writer.stdin.write("go\n")  # the writer finishes its script and exits: lock released
+        writer.stdin.flush()
+        assert writer.wait(timeout=TIMEOUT) == 0
+        finished = until(rf"^\d\d:\d\d:\d\d FINISHED {re.escape(run_dir)}: verdict (\w+)")
+        assert finished.group(1) == decide(read_run(run_dir)).verdict
+        assert all(not ln.startswith("{") and "\x1b" not in ln for ln in lines), lines
+        assert not any(str(root / settled.name) in ln for ln in lines), lines  # not live
+    finally:
+        _close(writer)  # type: ignore[arg-type]  # text mode: the same kill, wait and close
+        if watcher is not None:
+            _close(watcher)
 
 
 def _view(**kw: object) -> RunView:

@@ -20,7 +20,7 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._version import __version__
@@ -418,7 +418,8 @@ def _by_kind(df: Any) -> dict[Any, Any]:
 
 def write_parts(tables: Mapping[str, Any], out_dir: str | os.PathLike[str], key: str, *,
                 kinds: Mapping[str, str] | None = None, metadata: Mapping[str, str] | None = None,
-                transform: Any = None, keep_empty: bool = False) -> dict[str, Any]:
+                transform: Any = None, keep_empty: bool = False,
+                before_rename: BeforeRename | None = None) -> dict[str, Any]:
     """Write tables as Parquet parts ``OUT/<table>/kind=<kind>/part-<key>.parquet``.
 
     Args:
@@ -432,6 +433,7 @@ def write_parts(tables: Mapping[str, Any], out_dir: str | os.PathLike[str], key:
             (``export --redact`` uses it).
         keep_empty: write one empty file under ``kind=none`` for a table with no rows, so its
             schema stays readable (``export`` does); by default such a table writes nothing.
+        before_rename: passed to :func:`write_atomically` for every file (crash tests).
 
     Returns:
         ``{"key": key, "files": [{"table", "kind", "path", "rows", "bytes", "blake2b"}]}``
@@ -482,7 +484,7 @@ def write_parts(tables: Mapping[str, Any], out_dir: str | os.PathLike[str], key:
                 arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}),
                                                        **meta})
                 pending.append(pool.submit(_write_file, arrow, out, table, kind, key,
-                                           part.height))
+                                           part.height, before_rename))
                 while len(pending) > WRITE_THREADS:
                     files.append(pending.popleft().result())
         files.extend(f.result() for f in pending)
@@ -532,9 +534,13 @@ def _kind_groups(df: Any, lookup: Mapping[str, str] | None) -> dict[Any, Any] | 
 WRITE_THREADS = 2
 """Threads writing a part's files (:func:`write_parts`)."""
 
+BeforeRename = Callable[[str], None]
+"""``before_rename(temp_path)``: called by :func:`write_atomically` once the temporary file
+is written and fsynced, before its rename (the store's ``part_temp_written`` cut point)."""
+
 
 def _write_file(arrow: Any, out: str, table: str, kind: str, key: str,
-                rows: int) -> dict[str, Any]:
+                rows: int, before_rename: BeforeRename | None = None) -> dict[str, Any]:
     """Write one part file atomically and describe it.
 
     The file is encoded in memory and written once by :func:`write_atomically`: a part is
@@ -550,15 +556,25 @@ def _write_file(arrow: Any, out: str, table: str, kind: str, key: str,
                    allow_truncated_timestamps=False)
     data = sink.getvalue()
     return {"table": table, "kind": kind, "path": rel, "rows": rows,
-            "bytes": data.size, "blake2b": write_atomically(os.path.join(out, rel), data)}
+            "bytes": data.size,
+            "blake2b": write_atomically(os.path.join(out, rel), data, before_rename=before_rename)}
 
 
-def write_atomically(path: str, data: Any) -> str:
+def write_atomically(path: str, data: Any, *, before_rename: BeforeRename | None = None) -> str:
     """Write ``data`` (bytes-like) to ``path`` durably and atomically; return its BLAKE2b.
 
     The digest is taken from the bytes in memory (never read back). The file is written once
     under a temporary name, fsynced and renamed in, so a reader sees the old file or the whole
     new one and a manifest written afterwards never names a file that is not on disk.
+
+    Args:
+        path: the file to write (its folder is created if needed).
+        data: the bytes (any bytes-like object, e.g. a ``pyarrow.Buffer``).
+        before_rename: test hook called with the temporary file's path between its fsync
+            and its rename (the crash tests kill the process there).
+
+    Returns:
+        The BLAKE2b (16-byte digest, hex) of ``data``.
     """
     os.makedirs(os.path.dirname(path), exist_ok=True)
     head, name = os.path.split(path)
@@ -568,6 +584,8 @@ def write_atomically(path: str, data: Any) -> str:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+    if before_rename is not None:
+        before_rename(tmp)
     os.replace(tmp, path)
     return digest
 

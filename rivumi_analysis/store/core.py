@@ -56,6 +56,7 @@ from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover, n
 from ..read.snapshot import _lock_key, gc_paused
 from .build import (
     TABLES,
+    BeforeRename,
     chunk_frames,
     file_digest,
     schema_blobs,
@@ -329,8 +330,13 @@ class Store:
         hook: test hook called at each named cut point of a refresh (crash tests).
     """
 
-    CUT_POINTS = ("lock_taken", "part_written", "compacted", "manifest_temp_written",
-                  "manifest_replaced", "gc_done")
+    CUT_POINTS = ("lock_taken", "part_temp_written", "part_written", "compacted",
+                  "manifest_temp_written", "manifest_replaced", "gc_done")
+    """Named cut points of a refresh, in order. ``part_temp_written``: a part file written
+    and fsynced under its temporary name, not yet renamed (inside
+    :func:`~rivumi_analysis.store.build.write_atomically`; reached by the chunks run in this
+    process and by compaction, not by chunks run in worker processes or by an injected
+    executor)."""
 
     def __init__(self, directory: str | os.PathLike[str], *, hook: Hook | None = None) -> None:
         self.directory = os.fspath(directory)
@@ -384,6 +390,13 @@ class Store:
     def _cut(self, point: str) -> None:
         if self.hook is not None:
             self.hook(point)
+
+    def _before_rename(self) -> BeforeRename | None:
+        """The atomic writer's ``part_temp_written`` cut (None without a hook: the writer
+        then calls nothing)."""
+        if self.hook is None:
+            return None
+        return lambda _tmp: self._cut("part_temp_written")
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -634,7 +647,8 @@ class Store:
                             if loc.run_dir in prefixes})
                  for i in range(0, len(todo), size)]
         if executor is None:
-            results: Iterable[ChunkResult] = local_executor(tasks, jobs=n_jobs, pool=pool)
+            results: Iterable[ChunkResult] = local_executor(
+                tasks, jobs=n_jobs, pool=pool, before_rename=self._before_rename())
         elif pool is not None and getattr(executor, "func", None) is local_executor:
             results = executor(tasks, pool=pool)  # a partial of local_executor
         else:
@@ -679,7 +693,8 @@ class Store:
         live = [r for k in small for r in m.live_runs(k)]
         frames = {t: read_parts(self, m, t, parts=small) for t in TABLES}
         kinds = {r: m.runs[r]["kind"] for r in live}
-        out = write_parts(frames, self.directory, key, kinds=kinds)
+        out = write_parts(frames, self.directory, key, kinds=kinds,
+                          before_rename=self._before_rename())
         files = out["files"]
         kept: dict[str, bytes] = {}
         for k in small:
@@ -687,7 +702,8 @@ class Store:
             kept.update({r: recs[r] for r in m.live_runs(k)
                          if m.runs[r].get("prefix") and isinstance(recs.get(r), bytes)})
         if kept:
-            files.append(write_prefixes(kept, self.directory, key))
+            files.append(write_prefixes(kept, self.directory, key,
+                                        before_rename=self._before_rename()))
         for k in small:
             del m.parts[k]
         for r in live:
@@ -824,11 +840,13 @@ def _read_chunk(task: ChunkTask, progress: RunsDone | None = None,
 
 
 @gc_paused()
-def run_chunk(task: ChunkTask, progress: RunsDone | None = None) -> ChunkResult:
+def run_chunk(task: ChunkTask, progress: RunsDone | None = None, *,
+              before_rename: BeforeRename | None = None) -> ChunkResult:
     """Read a chunk's runs once, write their part, return it (what an executor calls).
 
     Pure apart from writing the part files under ``task.directory`` (deterministic names,
-    atomic renames): safe to retry. ``progress(n)`` is called as runs are read.
+    atomic renames): safe to retry. ``progress(n)`` is called as runs are read;
+    ``before_rename`` is the atomic writer's test hook (:func:`write_atomically`).
 
     The cyclic garbage collector stays off for the whole chunk (it makes no reference
     cycles; its objects are freed by reference counts when it returns): re-enabled after the
@@ -870,31 +888,37 @@ def run_chunk(task: ChunkTask, progress: RunsDone | None = None) -> ChunkResult:
                                 "prefix": loc.run_dir in prefixes,
                                 "incremental": loc.run_dir in resumed}
     del data, decoded
-    out = write_parts(frames, task.directory, task.key, kinds=kinds)
+    out = write_parts(frames, task.directory, task.key, kinds=kinds, before_rename=before_rename)
     files = out["files"]
     if prefixes:
-        files.append(write_prefixes(prefixes, task.directory, task.key))
+        files.append(write_prefixes(prefixes, task.directory, task.key,
+                                    before_rename=before_rename))
     return ChunkResult(task.key, {"runs": [loc.run_dir for loc in task.locations],
                                   "files": files}, entries)
 
 
-def write_prefixes(prefixes: dict[str, bytes], directory: str, key: str) -> dict[str, Any]:
+def write_prefixes(prefixes: dict[str, bytes], directory: str, key: str, *,
+                   before_rename: BeforeRename | None = None) -> dict[str, Any]:
     """Write a part's live-run prefixes (``run_dir`` -> pickled prefix) atomically."""
     rel = os.path.join(PREFIX_DIR, f"part-{key}.pickle")
     data = pickle.dumps(prefixes, protocol=pickle.HIGHEST_PROTOCOL)
+    digest = write_atomically(os.path.join(directory, rel), data, before_rename=before_rename)
     return {"table": PREFIX_DIR, "kind": "", "path": rel, "rows": len(prefixes),
-            "bytes": len(data), "blake2b": write_atomically(os.path.join(directory, rel), data)}
+            "bytes": len(data), "blake2b": digest}
 
 
 def local_executor(tasks: Sequence[ChunkTask], *, jobs: int | None = None,
-                   progress: RunsDone | None = None, pool: Any = None) -> Iterator[ChunkResult]:
+                   progress: RunsDone | None = None, pool: Any = None,
+                   before_rename: BeforeRename | None = None) -> Iterator[ChunkResult]:
     """The default executor: in this process for one task, else spawned worker processes
     (never forked: polars' thread pool may hold a lock at fork time).
 
     ``progress(n)``: ``n`` more runs were read (one call per run in this process, one per
     finished chunk from workers), e.g. ``functools.partial(local_executor, progress=cb)``
     as ``open_store(executor=...)``. ``pool``: workers already started
-    (:func:`_early_pool`), used for several chunks; the caller shuts it down."""
+    (:func:`_early_pool`), used for several chunks; the caller shuts it down.
+    ``before_rename``: the atomic writer's test hook, for chunks run in this process only
+    (a closure does not reach a worker process)."""
     from ..read.cache import default_jobs
 
     n_jobs = default_jobs() if jobs is None else max(1, jobs)
@@ -912,7 +936,7 @@ def local_executor(tasks: Sequence[ChunkTask], *, jobs: int | None = None,
                 yield res
     else:
         for task in tasks:
-            yield run_chunk(task, progress)
+            yield run_chunk(task, progress, before_rename=before_rename)
 
 
 _WARM_MODULES = (
