@@ -64,7 +64,7 @@ from .build import (
     write_parts,
 )
 
-STORE_FORMAT = 2
+STORE_FORMAT = 3
 """Layout of the manifest (bump when it changes shape; an old store is rebuilt)."""
 
 MANIFEST = "_store.msgpack"
@@ -160,13 +160,78 @@ of every other entry only the name counts (``resume``'s atomic-leftover rule; su
 folders are runs of their own)."""
 
 
+LIGHT_TABLES = frozenset({"events", "quarantine"})
+"""The tables whose rows depend only on the files of :data:`LIGHT_FILES` (``events.jsonl``;
+``session.json`` and ``checkpoint.json`` for the run's kind and id, ``read.snapshot._kind``
+and ``_run_id``), on whether ``backend-result.json`` exists (``_kind``: any entry of that
+name makes the run external; ``read_file`` never follows a symlink, so its presence in the
+listing is what counts) and on the run's location: a load of only these tables may check
+just those (:func:`light_fingerprint`) instead of the full stat pass."""
+
+LIGHT_FILES = ("checkpoint.json", "events.jsonl", "session.json")
+_LIGHT_SLOT = {name: i for i, name in enumerate(LIGHT_FILES)}
+
+
+@dataclass(frozen=True, slots=True)
+class RunFingerprint(Fingerprint):
+    """:func:`run_fingerprint`'s result: the audit-style fingerprint plus ``light``, the
+    :func:`light_fingerprint` of the same stats (taken in the same pass)."""
+
+    light: bytes = b""
+
+
+def _listing(run_dir: str, names: list[str] | None) -> list[str] | None:
+    """``names`` (discovery's listing), else the folder's sorted listing; None: unlistable."""
+    if names is not None:
+        return names
+    try:
+        return sorted(os.listdir(run_dir))
+    except OSError:
+        return None
+
+
+def _light_blob(keys: list[Any], backend: bool) -> bytes:
+    """The light fingerprint's encoding: the stat key of each of :data:`LIGHT_FILES`
+    (``None``: not in the listing; ``False``: listed but its ``lstat`` failed) and whether
+    the listing holds ``backend-result.json`` (the one encoding both producers share)."""
+    return msgspec.msgpack.encode([*keys, backend])
+
+
+def light_fingerprint(run_dir: str, names: list[str] | None = None) -> bytes | None:
+    """What a run's ``events`` and ``quarantine`` rows depend on (:data:`LIGHT_TABLES`): an
+    ``lstat`` of each of :data:`LIGHT_FILES` the listing holds and whether it holds
+    ``backend-result.json``; byte-identical to ``run_fingerprint(...).light`` for the same
+    files. ``names``: discovery's listing (sorted); ``None``: not listable.
+
+    >>> d = "tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e"
+    >>> light_fingerprint(d) == run_fingerprint(d, frozenset()).light
+    True
+    """
+    names = _listing(run_dir, names)
+    if names is None:
+        return None
+    lstat = os.lstat
+    base = run_dir if run_dir.endswith(os.sep) else run_dir + os.sep
+    keys: list[Any] = []
+    for name in LIGHT_FILES:
+        if name not in names:
+            keys.append(None)
+            continue
+        try:
+            keys.append(_STAT_KEY(lstat(base + name)))
+        except OSError:
+            keys.append(False)
+    return _light_blob(keys, "backend-result.json" in names)
+
+
 def run_fingerprint(run_dir: str, held: frozenset[str],
-                    names: list[str] | None = None) -> Fingerprint | None:
+                    names: list[str] | None = None) -> RunFingerprint | None:
     """What a run's rows depend on, from one listing of the run folder: the sorted entry
     names, and for the files the toolkit reads (:data:`CONTENT_FILES`) an ``lstat`` (mode,
     size, mtime, ctime, inode, device), plus whether a process holds ``.writer.lock``
     (``held``: ``read.cache.proc_locked_keys()``). ``names``: the listing discovery already
-    read (``discover(listings=...)``). ``None``: not listable.
+    read (``discover(listings=...)``). ``None``: not listable. ``light``: the
+    :func:`light_fingerprint` of the same stats (no extra system call).
 
     The audit cache's fingerprint also reads the lock file's content; the store does not,
     because any write to a file changes its ctime, which no process can set back (a content
@@ -177,16 +242,17 @@ def run_fingerprint(run_dir: str, held: frozenset[str],
     >>> fp is not None and fp.events_identity is not None
     True
     """
+    names = _listing(run_dir, names)
     if names is None:
-        try:
-            names = sorted(os.listdir(run_dir))
-        except OSError:
-            return None
+        return None
     rows: list[Any] = []
     append = rows.append
     newest = 0
     events_identity = None
     lstat = os.lstat
+    light: list[Any] = [None, None, None]  # (LIGHT_FILES)
+    backend = False
+    slot = _LIGHT_SLOT.get
     # called for every run on every open (10,000 runs: ~60,000 files): plain concatenation,
     # not os.path.join, and each entry's stat fields in one C-level call
     base = run_dir if run_dir.endswith(os.sep) else run_dir + os.sep
@@ -194,11 +260,18 @@ def run_fingerprint(run_dir: str, held: frozenset[str],
         if name not in CONTENT_FILES:
             append(name)
             continue
+        i = slot(name)
+        if name == "backend-result.json":
+            backend = True
         try:
             key = _STAT_KEY(lstat(base + name))  # mode, size, mtime, ctime, inode, device
         except OSError:
             append((name, None))
+            if i is not None:
+                light[i] = False
             continue
+        if i is not None:
+            light[i] = key
         append(name)
         append(key)
         if key[2] > newest:
@@ -215,7 +288,7 @@ def run_fingerprint(run_dir: str, held: frozenset[str],
                                        else (os.fsencode(r[0]), *r[1:])
                                        if isinstance(r, tuple) and isinstance(r[0], str)
                                        else r for r in rows])
-    return Fingerprint(blob, newest, events_identity)
+    return RunFingerprint(blob, newest, events_identity, _light_blob(light, backend))
 
 
 # --- manifest --------------------------------------------------------------------------------
@@ -539,7 +612,9 @@ class Store:
             for key, part, entries in self._write_chunks(gen, todo, fps, jobs,
                                                                executor, m, pool):
                 parts[key] = part
-                runs.update(entries)
+                # the light fingerprint of the very stats the entry's "fp" is (set here, not
+                # by the chunk: executors and the distributed engine stay as they are)
+                runs.update({r: {**e, "lfp": _fp_light(fps.get(r))} for r, e in entries.items()})
                 incremental += sum(1 for e in entries.values() if e.get("incremental"))
                 written += 1
                 self._cut("part_written")
@@ -1010,6 +1085,10 @@ def _fp_blob(fp: Any) -> bytes | None:
     return None if fp is None else fp.blob
 
 
+def _fp_light(fp: Any) -> bytes | None:
+    return getattr(fp, "light", None) or None
+
+
 # --- opening a store for a source -------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -1061,7 +1140,7 @@ def open_store(source: Source | None = None, *, store_dir: str | os.PathLike[str
 def open_and_read(source: Source | None, read: Callable[[Store, Manifest], T], *,
                   store_dir: str | os.PathLike[str] | None = None,
                   max_depth: int = DEFAULT_MAX_DEPTH, verify: bool = False,
-                  ) -> tuple[Opened, T]:
+                  tables: Iterable[str] | None = None) -> tuple[Opened, T]:
     """:func:`open_store`, then ``read(store, manifest)`` of the fresh manifest, with the
     read overlapped with the stat pass.
 
@@ -1072,9 +1151,13 @@ def open_and_read(source: Source | None, read: Callable[[Store, Manifest], T], *
     read failed: a damaged part) it is discarded and ``read`` runs again on the fresh
     manifest, exactly as without the overlap. So the result is always ``read`` of one
     manifest, the one returned.
+
+    ``tables``: the tables ``read`` reads, when known. Only :data:`LIGHT_TABLES`: the
+    manifest in force is served as it is when every run's light fingerprint still equals
+    its entry's (:func:`_light_fresh`), without the full stat pass; any doubt refreshes.
     """
     opened, job = _open(source, store_dir=store_dir, max_depth=max_depth, verify=verify,
-                        prefetch=read)
+                        prefetch=read, tables=tables)
     if job is not None and job.ok and job.manifest is opened.manifest:
         return opened, job.value
     del job  # a discarded result is freed before the second read
@@ -1131,7 +1214,7 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
           max_depth: int, verify: bool, compact: bool = False, hook: Hook | None = None,
           executor: ChunkExecutor | None = None, jobs: int | None = None,
           refresh: bool = True, prefetch: Callable[[Store, Manifest], Any] | None = None,
-          ) -> tuple[Opened, _Prefetch | None]:
+          tables: Iterable[str] | None = None) -> tuple[Opened, _Prefetch | None]:
     d, tops = resolve_store_dir(source, store_dir, max_depth)
     if not refresh:
         from ..read.discovery import check_sources
@@ -1142,6 +1225,7 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
         if (m is not None and m.sources == list(tops) and m.max_depth == max_depth
                 and not store.damaged_parts(m)):
             return Opened(store, m), None
+    light = tables is not None and LIGHT_TABLES.issuperset(tables)
     # the stat pass and a refresh make a few objects per run of the fleet (the manifest's
     # entries, fingerprints) and no cycle: the collector's full passes over them cost
     # 0.03-0.1 CPU-s per open of 10,000 runs
@@ -1168,9 +1252,14 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
                 locs = discover(source, max_depth=max_depth, listings=listings,
                                 folders=folders).runs
                 memo = _discovery_memo(tops, max_depth, locs, listings, folders, t0)
-            m = store.refresh(locs, sources=tops, max_depth=max_depth, verify=verify,
-                              compact=compact, jobs=jobs, executor=executor, listings=listings,
-                              current=current, discovery=memo, held_locks=locks.get)
+            if (light and m0 is not None and not verify and not compact
+                    and _light_fresh(store, m0, current[1], locs, listings)):
+                m = m0  # served as the nothing-changed path serves it: nothing written
+            else:
+                m = store.refresh(locs, sources=tops, max_depth=max_depth, verify=verify,
+                                  compact=compact, jobs=jobs, executor=executor,
+                                  listings=listings, current=current, discovery=memo,
+                                  held_locks=locks.get)
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
                              errno.ENOTDIR, errno.EEXIST):
@@ -1183,6 +1272,36 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
             if job is not None:
                 job.join()  # never left running: it reads files this process may replace
         return Opened(store, m), job
+
+
+def _light_fresh(store: Store, m: Manifest, ident: tuple[int, ...] | None,
+                 locs: Sequence[RunLocation], listings: dict[str, list[str]]) -> bool:
+    """Whether ``m`` holds the current rows of :data:`LIGHT_TABLES` for ``locs`` (the
+    discovered fleet), checked with :func:`light_fingerprint` (at most 3 ``lstat`` per run
+    instead of the full pass's ~5): the same runs in the same order at the same locations,
+    no entry volatile or read while a writer held the lock, every entry's ``lfp`` equal to
+    its run's light fingerprint now, no damaged part, and the manifest file still the one
+    ``m`` came from (``ident``). Any doubt is ``False`` (a full refresh).
+
+    Only these tables' rows are current: a change to a file no light table reads (e.g.
+    ``result.json``) is left for the next full refresh (any other table's load). So is a
+    writer lock taken since the read: the light rows do not depend on it (``read_run``'s
+    columnar reading never looks at it), and what the writer then writes changes a light
+    file's ctime, which no process can set back. (Checking it would ``lstat`` every run's
+    ``.writer.lock`` whenever ``/proc/locks`` holds any lock of the file system.)"""
+    if ident is None or len(locs) != len(m.order):
+        return False
+    entries = m.runs
+    parts = m.parts
+    for loc, r in zip(locs, m.order, strict=True):
+        e = entries.get(r)
+        if (loc.run_dir != r or e is None or e["volatile"] or e["writer_active"]
+                or not e.get("lfp") or e["part"] not in parts
+                or (e["sub"], e["parent"], e.get("root")) != (
+                    loc.is_subagent, loc.parent_run_dir, loc.source_root)
+                or light_fingerprint(r, listings.get(r)) != e["lfp"]):
+            return False
+    return not store.damaged_parts(m) and store._manifest_identity() == ident
 
 
 # --- re-using a discovery ----------------------------------------------------------------------

@@ -65,8 +65,10 @@ def load_tables(tables: tuple[str, ...] | list[str], source: Any, *, strict: boo
     for verify in (False, True):
         try:
             # the Parquet read of the manifest in force overlaps the stat pass
+            # (``tables``: a load of only events/quarantine may skip the full stat pass)
             out = open_and_read(source, lambda store, m: _read(store, m, tables, strict),
-                                store_dir=store_dir, max_depth=max_depth, verify=verify)[1]
+                                store_dir=store_dir, max_depth=max_depth, verify=verify,
+                                tables=tables)[1]
             if isinstance(out, QuarantineError):
                 raise out
             return out
