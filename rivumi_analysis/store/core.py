@@ -501,10 +501,8 @@ class Store:
         for loc in locs:
             e = m.runs.get(loc.run_dir)
             fp = fps.get(loc.run_dir)
-            if (e is None or fp is None or e["volatile"] or e["fp"] != fp.blob
-                    or e["part"] in damaged or e["part"] not in m.parts
-                    or (e["sub"], e["parent"], e.get("root")) != (
-                        loc.is_subagent, loc.parent_run_dir, loc.source_root)):
+            if (not _entry_settled(e, loc, m.parts) or fp is None or e["fp"] != fp.blob
+                    or e["part"] in damaged):
                 todo.append(loc)
         present = {loc.run_dir for loc in locs}
         removed = [r for r in m.runs if r not in present]
@@ -1274,6 +1272,17 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
         return Opened(store, m), job
 
 
+def _entry_settled(e: dict[str, Any] | None, loc: RunLocation,
+                   parts: dict[str, Any]) -> bool:
+    """Whether a manifest entry may be served for ``loc`` as far as the manifest alone tells
+    (its files still to be compared): it exists, was not read while volatile, its part is in
+    the manifest and it was read at the same location (subagent, parent, source root).
+    Shared by the full plan (:meth:`Store._plan`) and the light check (:func:`_light_fresh`)."""
+    return (e is not None and not e["volatile"] and e["part"] in parts
+            and (e["sub"], e["parent"], e.get("root")) == (
+                loc.is_subagent, loc.parent_run_dir, loc.source_root))
+
+
 def _light_fresh(store: Store, m: Manifest, ident: tuple[int, ...] | None,
                  locs: Sequence[RunLocation], listings: dict[str, list[str]]) -> bool:
     """Whether ``m`` holds the current rows of :data:`LIGHT_TABLES` for ``locs`` (the
@@ -1291,15 +1300,11 @@ def _light_fresh(store: Store, m: Manifest, ident: tuple[int, ...] | None,
     ``.writer.lock`` whenever ``/proc/locks`` holds any lock of the file system.)"""
     if ident is None or len(locs) != len(m.order):
         return False
-    entries = m.runs
-    parts = m.parts
+    entries, parts = m.runs, m.parts
     for loc, r in zip(locs, m.order, strict=True):
         e = entries.get(r)
-        if (loc.run_dir != r or e is None or e["volatile"] or e["writer_active"]
-                or not e.get("lfp") or e["part"] not in parts
-                or (e["sub"], e["parent"], e.get("root")) != (
-                    loc.is_subagent, loc.parent_run_dir, loc.source_root)
-                or light_fingerprint(r, listings.get(r)) != e["lfp"]):
+        if (loc.run_dir != r or not _entry_settled(e, loc, parts) or e["writer_active"]
+                or not e.get("lfp") or light_fingerprint(r, listings.get(r)) != e["lfp"]):
             return False
     return not store.damaged_parts(m) and store._manifest_identity() == ident
 
