@@ -566,8 +566,8 @@ def _ratios(out: dict[str, Any]) -> None:
 
 def _audit_rss_by_fleet(results: dict[str, Any]) -> None:
     """The CLI audit's peak RSS across the corpora of one invocation: growth with the fleet."""
-    rows = sorted((res["runs"], res["results"]["cli_no_cache"]) for res in results.values()
-                  if "cli_no_cache" in res.get("results", {}))
+    rows = sorted(((res["runs"], res["results"]["cli_no_cache"]) for res in results.values()
+                   if "cli_no_cache" in res.get("results", {})), key=lambda row: row[0])
     if len(rows) < 2:
         return
     (n0, r0), (n1, r1) = rows[0], rows[-1]
