@@ -21,7 +21,13 @@ summed over the child's whole process tree, workers included):
                    ``msgspec.Raw``, one process) and ``polars_scan`` (``pl.scan_ndjson`` of
                    the envelope columns over every ``events.jsonl``, polars' own threads);
 (i) ``table:<name>`` every public ``*_df`` loader, each in its own process (so a table
-                   that is quadratic in the fleet cannot hide behind the others).
+                   that is quadratic in the fleet cannot hide behind the others);
+(j) ``audit_floor``  what any audit written in Python must at least do, with no check at all:
+                   per run, list the folder, read every file the audit record is made of, decode
+                   the log's envelopes in one msgspec call (``data`` raw) and each JSON document
+                   as plain objects; one process. ``baseline / (audit_floor / cores)`` is then
+                   a ceiling for the cold audit's speed-up that no Python design can pass on
+                   this machine (it ignores start-up, the pool and every check).
 
 On the single large log only ``events_df`` and ``states_df`` are measured. Timed figures and
 peak RSS are medians over ``--reps`` repetitions with the spread (min-max); every ratio a/b is
@@ -239,6 +245,40 @@ def m_msgspec_envelope(root: str, cache: str | None) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - t, "rows": n, "events_bytes": nbytes}
 
 
+_FLOOR_FILES = ("session.json", "request.json", "result.json", "checkpoint.json",
+                "backend-result.json", ".writer.lock")  # besides events.jsonl
+
+
+def m_audit_floor(root: str, cache: str | None) -> dict[str, Any]:
+    """Floor: list each run folder, read the files an audit record is made of (the log and
+    :data:`_FLOOR_FILES`, as ``read.snapshot._RUN_FILES``), decode the log's envelopes in one
+    msgspec call and the documents as plain objects. No check, no rule, one process."""
+    envelopes, document = msgspec.json.Decoder(list[Envelope]), msgspec.json.Decoder()
+    dirs = _run_dirs(root)
+    c, t = _cpu(), time.perf_counter()
+    events = 0
+    for d in dirs:
+        names = set(os.listdir(d))
+        if "events.jsonl" in names:
+            with open(os.path.join(d, "events.jsonl"), "rb") as fh:
+                data = fh.read()
+            try:
+                events += len(envelopes.decode(
+                    b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]"))
+            except msgspec.DecodeError:
+                pass  # a torn or odd log: the floor does not read it line by line
+        for name in _FLOOR_FILES:
+            if name in names:
+                with open(os.path.join(d, name), "rb") as fh:
+                    data = fh.read()
+                if name.endswith(".json"):
+                    try:
+                        document.decode(data)
+                    except msgspec.DecodeError:
+                        pass
+    return {"seconds": time.perf_counter() - t, "cpu_s": round(_cpu() - c, 3), "rows": events}
+
+
 def m_polars_scan(root: str, cache: str | None) -> dict[str, Any]:
     """Reference: polars ``scan_ndjson`` of the envelope columns (polars' own threads)."""
     import polars as pl
@@ -328,7 +368,7 @@ MEASURES = {"baseline": m_baseline, "read_all": m_read_all, "stat_floor": m_stat
             "api_cold": m_api, "api_no_cache": m_api, "api_warm": m_api_warm,
             "events_df": m_events_df, "states_df": m_states_df,
             "states_reduce": m_states_reduce, "msgspec_envelope": m_msgspec_envelope,
-            "polars_scan": m_polars_scan}
+            "polars_scan": m_polars_scan, "audit_floor": m_audit_floor}
 
 
 def _tree_rss(proc: Any) -> int:
@@ -440,7 +480,8 @@ def _nul_list(files: list[str]) -> str:
     return path
 
 
-FLEET_MEASURES = ("wc_l", "read_all", "stat_floor", "msgspec_envelope", "polars_scan",
+FLEET_MEASURES = ("wc_l", "read_all", "stat_floor", "audit_floor", "msgspec_envelope",
+                  "polars_scan",
                   "baseline", "cli_no_cache", "cli_cold_cache", "api_no_cache", "api_cold",
                   "api_warm", *(f"table:{t}" for t in TABLES), "states_reduce")
 
@@ -504,6 +545,12 @@ def _ratios(out: dict[str, Any]) -> None:
     base, cli, wc = reps("baseline"), reps("cli_no_cache", "wall_incl_startup_s"), reps("wc_l")
     if base and cli:
         lines.append(ratio("baseline / cli audit (--no-cache)", base, cli, "(goal >= 4x)"))
+    floor = reps("audit_floor")
+    if base and floor:
+        cores = os.cpu_count() or 1
+        lines.append(ratio(f"ceiling: baseline / (audit floor / {cores} cores)", base,
+                           [f / cores for f in floor],
+                           "(no Python audit passes this: it ignores start-up, pool, checks)"))
     if cli and wc:
         lines.append(ratio("cli audit (--no-cache) / wc -l", cli, wc))
     bcpu, ccpu = reps("baseline", "cpu_incl_startup_s"), reps("cli_no_cache", "cpu_incl_startup_s")
