@@ -17,10 +17,11 @@ its state is a prefix aggregate, so here it becomes window expressions partition
   completion removes a key that is; the count is the ``cum_sum`` of those deltas.
 
 Two small parts stay sequential, over the few events that touch them only (not per row): the
-repeat guard (§10.1: it needs the sha256 fingerprint of each requested call, computed with the
-reducer's own :func:`~rivumi_analysis.replay.reducer.fingerprint`, and the calls a settle point
-finds still pending are evaluated unlogged exactly as ``reducer._settle_pending`` does) and open
-approvals (request ids and their waits). Their per-event results are then forward filled (or
+repeat guard (§10.1: it needs the sha256 fingerprint of each requested call, the reducer's
+:func:`~rivumi_analysis.replay.reducer.fingerprint` computed for a whole batch of runs before
+the scans (:func:`_request_keys`), and the calls a settle point finds still pending are
+evaluated unlogged exactly as ``reducer._settle_pending`` does) and open approvals (request ids
+and their waits). Their per-event results are then forward filled (or
 summed) by polars.
 
 A run whose log the vectorised path cannot express exactly falls back to the reference
@@ -136,7 +137,16 @@ _RUN_EVENT_KEYS = frozenset({"created_at", "data", "event_id", "event_type", "ru
                              "sequence", "task_id"})
 _US = 1_000_000
 # What reducer.fingerprint's json.dumps builds on every call, built once (same output).
-_CANON = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
+_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+_CANON = _ENCODER.encode
+# The C encoder that _CANON's one-shot path creates on every call, created once: it returns
+# the text's chunks. No circular check (markers None): JSON-decoded data cannot be circular,
+# and a markers dict shared by all calls could keep a stale id after a failed call.
+_CANON_C = (None if json.encoder.c_make_encoder is None else json.encoder.c_make_encoder(
+    None, _ENCODER.default, json.encoder.encode_basestring, _ENCODER.indent,
+    _ENCODER.key_separator, _ENCODER.item_separator, _ENCODER.sort_keys, _ENCODER.skipkeys,
+    _ENCODER.allow_nan))
+_HEXDIGEST = type(hashlib.sha256()).hexdigest
 
 
 def fingerprint(name: Any, arguments: Any) -> str:
@@ -148,6 +158,63 @@ def fingerprint(name: Any, arguments: Any) -> str:
     """
     text = _CANON({"name": name, "arguments": arguments})
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _fingerprints(payloads: list[dict[str, Any]]) -> list[str]:
+    """:func:`fingerprint` of each ``{"name": ..., "arguments": ...}`` payload, in C-level
+    passes (``map``), each distinct canonical text hashed once (a run repeats its calls).
+
+    >>> _fingerprints([{"name": "a", "arguments": {}}] * 2) == [fingerprint("a", {})] * 2
+    True
+    """
+    texts = (list(map(_CANON, payloads)) if _CANON_C is None
+             else list(map("".join, map(_CANON_C, payloads, itertools.repeat(0)))))
+    distinct = dict.fromkeys(texts)
+    raw = map(str.encode, distinct, itertools.repeat("utf-8"), itertools.repeat("surrogatepass"))
+    hexes = dict(zip(distinct, map(_HEXDIGEST, map(hashlib.sha256, raw)), strict=True))
+    return list(map(hexes.__getitem__, texts))
+
+
+def _request_keys(datas: Sequence[Any], idx: Sequence[int],
+                  naive: bool) -> dict[int, tuple[str, str | None, str | None]]:
+    """``{event index: (guard key, fingerprint, naive fingerprint)}`` of the
+    ``tool.requested`` events ``idx``, hashed in one batch for :func:`_guard_scan`.
+
+    The guard key is ``fingerprint(name, arguments)`` (``{}`` for null or missing
+    arguments), or ``"omitted:"`` + the fingerprint of ``{"sha256": ...}`` for an omitted stub,
+    whose fingerprint is then None (unknown). The naive fingerprint (None unless ``naive``)
+    is ``fingerprint(name, data.get("arguments", {}))``: the guard key's, except for a stub and
+    for ``"arguments": null``, which get one more payload each.
+    """
+    n = len(idx)
+    payloads: list[dict[str, Any]] = []
+    stubs: list[int] = []  # positions in idx
+    extra: list[int] = []  # positions whose naive payload is appended after the n first
+    extra_payloads: list[dict[str, Any]] = []
+    for p, i in enumerate(idx):
+        d = datas[i]
+        args = d.get("arguments")
+        name = d.get("name")
+        if _is_omitted_stub(args):
+            stubs.append(p)
+            payloads.append({"name": name, "arguments": {"sha256": args.get("sha256")}})
+        else:
+            payloads.append({"name": name, "arguments": args if args is not None else {}})
+            if args is not None or "arguments" not in d:
+                continue
+        if naive:
+            extra.append(p)
+            extra_payloads.append({"name": name, "arguments": args})
+    fps = _fingerprints(payloads + extra_payloads)
+    keys: list[str] = fps[:n]
+    real: list[str | None] = list(keys)
+    for p in stubs:
+        keys[p] = "omitted:" + keys[p]
+        real[p] = None
+    nfp: list[str | None] = list(fps[:n]) if naive else [None] * n
+    for j, p in enumerate(extra):
+        nfp[p] = fps[n + j]
+    return dict(zip(idx, zip(keys, real, nfp, strict=True), strict=True))
 
 
 class NotVectorizable(ValueError):  # noqa: N818 (a refusal, not a failure of the toolkit)
@@ -179,15 +246,17 @@ def _fork_accepted(run: RunData, envelope_ok: bool) -> bool:
 # --------------------------------------------------------------------------------------------
 # Sequential kernels over the few events that touch the guard and approvals
 # --------------------------------------------------------------------------------------------
-def _guard_scan(ev: _Flat, idx: Sequence[int], cnt: list[Any], fp_set: list[Any],
-                fp: list[Any], unk: list[Any], unl: list[Any],
-                naive: list[Any] | None = None) -> str | None:
+def _guard_scan(ev: _Flat, idx: Sequence[int], keys: Mapping[int, tuple[Any, ...]],
+                cnt: list[Any], fp_set: list[Any], fp: list[Any], unk: list[Any],
+                unl: list[Any], naive: list[Any] | None = None) -> str | None:
     """§10.1 over one run's guard-relevant events (in file order); fills the setter columns
     (``unl``: calls settled unlogged at the event, summed by the window expressions).
 
+    ``keys``: the :func:`_request_keys` of (at least) the run's ``tool.requested`` events.
     ``naive``: when given, ``(count, fingerprint)`` of the naive guard is appended to it
     (``tables.drift._naive_guard``: the ``tool.requested`` events alone, no resume or
-    continuation rule, each fingerprinted from ``data.get("arguments", {})`` as it stands).
+    continuation rule, each fingerprinted from ``data.get("arguments", {})`` as it stands);
+    ``keys`` must then hold the naive fingerprints.
 
     Returns a fallback reason for a ``model.completed`` whose ``tool_calls`` are not all
     strings.
@@ -202,23 +271,18 @@ def _guard_scan(ev: _Flat, idx: Sequence[int], cnt: list[Any], fp_set: list[Any]
         et = types[i]
         d = datas[i]
         if et == "tool.requested":
-            args = d.get("arguments")
+            key, real, nfp = keys[i]
             name = d.get("name")
-            if _is_omitted_stub(args):
-                key = "omitted:" + fingerprint(name, {"sha256": args.get("sha256")})
-                real, unknown = None, True
-            else:
-                key = real = fingerprint(name, args if args is not None else {})
-                unknown = False
+            unknown = real is None
             if naive is not None:
-                nfp = (real if real is not None and (args is not None or "arguments" not in d)
-                       else fingerprint(name, d.get("arguments", {})))
                 naive_count = naive_count + 1 if nfp == naive_last else 1
                 naive_last = nfp
         elif et == "tool.completed":
             err = d.get("error")
             if not (isinstance(err, str) and err.startswith(_UNKNOWN_TOOL_PREFIX)):
                 continue
+            # This key and the "unlogged:" ones below stay inline: a few per corpus, where a
+            # batch would need the sequential scan's own state (which calls are pending).
             name = d.get("name")
             tcid = _str(d.get("tool_call_id")) or ""
             key = "unknown:" + fingerprint(name, {"tool_call_id": tcid})
@@ -569,8 +633,8 @@ def _columns_proof(run: RunData, tab: Any) -> bool:
     return True
 
 
-_BY_TYPE = ("model.requested", "model.completed", "role_lane.completed", "tool.started",
-            "tool.completed", "approval.requested", "verification.started",
+_BY_TYPE = ("model.requested", "model.completed", "role_lane.completed", "tool.requested",
+            "tool.started", "tool.completed", "approval.requested", "verification.started",
             "verification.completed", "verification.reused", "run.completed", "run.failed",
             "run.cancelled")
 
@@ -694,6 +758,7 @@ def _setters(ev: _Flat, starts: list[int], by_type: Mapping[str, list[int]],
     # repeat guard and approvals, run by run over their few events
     g_cnt, g_fp_set, g_fp, g_unk, g_unl = col(), col(False), col(), col(), col(0)
     a_open, a_t, a_wait, a_down = col(), col(), col(0.0), col(0.0)
+    todo: list[tuple[int, list[int], list[int]]] = []
     gi = ai = 0
     for k in range(len(starts) - 1):
         lo, hi = starts[k], starts[k + 1]
@@ -705,10 +770,18 @@ def _setters(ev: _Flat, starts: list[int], by_type: Mapping[str, list[int]],
         while ai < len(appr_idx) and appr_idx[ai] < hi:
             a_run.append(appr_idx[ai])
             ai += 1
-        if k in reasons or lo == hi:
-            continue
+        if k not in reasons and lo != hi:
+            todo.append((k, g_run, a_run))
+    # the fingerprints of the batch's requested calls first, in one pass (not those of a run
+    # already handed to the reference, which the scan never reads)
+    req = by_type["tool.requested"]
+    if reasons:
+        req = [i for i in req if _run_of(starts, i) not in reasons]
+    keys = _request_keys(datas, req, naive is not None)
+    for k, g_run, a_run in todo:
+        lo, hi = starts[k], starts[k + 1]
         box: list[Any] | None = [] if naive is not None else None
-        why = _guard_scan(ev, g_run, g_cnt, g_fp_set, g_fp, g_unk, g_unl, box)
+        why = _guard_scan(ev, g_run, keys, g_cnt, g_fp_set, g_fp, g_unk, g_unl, box)
         if box:
             naive[k] = box[0]  # type: ignore[index]
         if not why and a_run:
