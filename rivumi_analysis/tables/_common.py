@@ -23,7 +23,7 @@ import polars as pl
 from ..errors import QuarantineError, SchemaValidationError
 from ..read.decode import _without_lone_surrogates
 from ..read.discovery import Source
-from ..read.snapshot import RunData, gc_paused, stream_runs
+from ..read.snapshot import Fleet, RunData, gc_paused, stream_runs
 
 if TYPE_CHECKING:
     import pandera.polars as pa
@@ -79,18 +79,22 @@ def _rows_frame(rows: list[dict[str, Any]] | dict[str, list[Any]],
     list array (:func:`string_lists`): polars builds a list column from Python lists at
     ~5 µs per row, 20 times the rest of a row (same frame: ``tests/test_derived_columns.py``)."""
     lists = [n for n, dt in schema.items() if dt == _STRING_LIST]
-    if not lists or not isinstance(rows, list) or not rows:
+    by_column = isinstance(rows, dict)
+    if not lists or not rows:
         return pl.DataFrame(rows, schema=schema, strict=strict)
     built = {}
     for name in lists:
-        values = list(map(dict.get, rows, itertools.repeat(name)))
+        if by_column and name not in rows:
+            continue
+        values = rows[name] if by_column else list(map(dict.get, rows, itertools.repeat(name)))
         if set(map(type, values)) <= _LIST_TYPES and set(
                 map(type, itertools.chain.from_iterable(values))) <= _STR_TYPES:
             built[name] = string_lists(name, values)
     if not built:
         return pl.DataFrame(rows, schema=schema, strict=strict)
     rest = {n: dt for n, dt in schema.items() if n not in built}
-    df = pl.DataFrame(rows, schema=rest, strict=strict)
+    df = pl.DataFrame({n: v for n, v in rows.items() if n not in built} if by_column else rows,
+                      schema=rest, strict=strict)
     return df.with_columns(**built).select(list(schema))
 
 
@@ -171,6 +175,90 @@ def load(source: Source | None, *, strict: bool, max_depth: int,
         table = builder(runs())
     check_strict(quarantined, strict)
     return table
+
+
+def loaded(source: Any) -> bool:
+    """Whether ``source`` is runs read already (a :class:`~rivumi_analysis.read.snapshot.Fleet`,
+    a ``RunData`` or a non-empty list of them), not a path source to discover."""
+    return isinstance(source, (Fleet, RunData)) or (
+        isinstance(source, (list, tuple)) and bool(source)
+        and all(isinstance(r, RunData) for r in source))
+
+
+RowsBuilder = Callable[[Iterable[RunData]], list[dict[str, Any]]]
+"""A table's rows (dicts of plain values) of some runs read in full, in run order (no
+polars: it runs in forked workers). A module-level function: it travels to worker
+processes."""
+Columns = dict[str, list[Any]]
+
+
+def row_columns(rows: list[dict[str, Any]], names: Iterable[str]) -> Columns:
+    """``rows`` as the columns ``names`` (None where a row has no such key, as a frame of the
+    rows has): unpickled in a third of the time of the same rows as dicts, and a frame built
+    in half the time (``messages_df``'s rows of 2,000 runs: 0.27 -> 0.10 s, 0.56 -> 0.23 s).
+
+    >>> row_columns([{"a": 1, "b": 2}, {"a": 3}], ("a", "b"))
+    {'a': [1, 3], 'b': [2, None]}
+    """
+    return {name: list(map(dict.get, rows, itertools.repeat(name))) for name in names}
+
+
+def load_rows(source: Source | None, *, strict: bool, max_depth: int, rows: RowsBuilder,
+              model: str, table: Callable[[Columns], pl.DataFrame] | None = None,
+              jobs: int | None = None) -> pl.DataFrame:
+    """The loader flow of a table built from runs read in full (``read_run``'s default
+    reading): the runs' ``rows``, in worker processes for a large fleet (:func:`map_chunks`),
+    handed back as the columns of ``model``; then ``table`` (default: :func:`frame` of
+    ``model``) builds and validates the frame of every run's columns in run order, once, here.
+
+    A strict load's workers hand back the quarantine rows of their runs, not the runs. Loaded
+    runs (a fleet) take :func:`load`. Runs on object storage are read in this process: a
+    forked child must not use the parent's ``pyarrow.fs`` clients, and a spawned one would
+    not have the filesystems registered here (``read.uri.register_filesystem``).
+    """
+    names = tuple(polars_schema(model))
+    table = table or functools.partial(frame, model=model)
+    if loaded(source):
+        return load(source, strict=strict, max_depth=max_depth,
+                    builder=lambda runs: table(row_columns(rows(runs), names)))
+    from ..read.discovery import discover
+
+    locations = discover(source, max_depth=max_depth).runs
+    if any("://" in loc.run_dir for loc in locations):
+        jobs = 1
+    columns: Columns = {name: [] for name in names}
+    bad: list[dict[str, Any]] = []
+    work = functools.partial(_rows_chunk, rows=rows, names=names, keep_quarantined=strict)
+    # (the collector paused here too: unpickling the workers' values builds as many objects
+    # as building them did)
+    with gc_paused():
+        for part, quarantine in map_chunks(work, locations, jobs):
+            for name, values in part.items():
+                columns[name] += values
+            bad += quarantine
+        out = table(columns)
+    if bad:  # (only kept by a strict load)
+        raise QuarantineError(frame(bad, "QuarantineSchema"))
+    return out
+
+
+def _rows_chunk(locations: list[Any], *, rows: RowsBuilder, names: tuple[str, ...],
+                keep_quarantined: bool) -> tuple[Columns, list[dict[str, Any]]]:
+    """The columns ``names`` of the ``rows`` of some runs read one at a time and, when
+    ``keep_quarantined`` (a strict load), the quarantine rows of their quarantined lines:
+    plain values, cheap to pickle (a run read in full is not)."""
+    from ..read.snapshot import iter_runs
+
+    bad: list[dict[str, Any]] = []
+
+    def runs() -> Iterator[RunData]:
+        for run in iter_runs(locations):
+            if keep_quarantined and run.quarantined:
+                bad.extend(quarantine_rows((run,)))
+            yield run
+
+    with gc_paused():
+        return row_columns(rows(runs()), names), bad
 
 
 Wants = tuple[frozenset[str], tuple[str, ...]]
@@ -260,10 +348,7 @@ def load_columnar(source: Source | None, *, strict: bool, max_depth: int,
     builder (:func:`derived_parts`). The workers hand back plain rows; the parent builds and
     validates the frame. Loaded runs (a fleet) take :func:`load` and the row builder.
     """
-    from ..read.snapshot import Fleet
-
-    if isinstance(source, (Fleet, RunData)) or (isinstance(source, (list, tuple)) and source
-                                                and all(isinstance(r, RunData) for r in source)):
+    if loaded(source):
         return load(source, strict=strict, max_depth=max_depth,
                     builder=lambda runs: frame(builders.exact_rows(runs), model))
     from ..read.discovery import discover
@@ -566,6 +651,13 @@ def instruction_summary(text: Any) -> str | None:
 
 
 def quarantine_frame(runs: Iterable[RunData]) -> pl.DataFrame:
+    """The quarantine table of ``runs``, validated (:func:`quarantine_rows`)."""
+    return frame(quarantine_rows(runs), "QuarantineSchema")
+
+
+def quarantine_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
+    """One row per quarantined line of ``runs``, in run and line order (no polars: safe in a
+    forked worker)."""
     rows = []
     for run in runs:
         path = f"{run.run_dir}/events.jsonl"
@@ -580,4 +672,4 @@ def quarantine_frame(runs: Iterable[RunData]) -> pl.DataFrame:
                 "raw": ln.raw[:RAW_KEEP_BYTES], "raw_truncated": len(ln.raw) > RAW_KEEP_BYTES,
                 "sha256": hashlib.sha256(ln.raw).hexdigest(),
             })
-    return frame(rows, "QuarantineSchema")
+    return rows

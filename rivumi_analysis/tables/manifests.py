@@ -9,10 +9,17 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from ._common import _bool, _float, _int, _str, frame, load, parse_ts, usage_columns
+from ._common import _bool, _float, _int, _str, frame, load_rows, parse_ts, usage_columns
 
 
 def manifests_frame(runs: Iterable[RunData]) -> pl.DataFrame:
+    """The manifests table of ``runs`` (read in full), validated."""
+    return frame(manifests_rows(runs), "ManifestsSchema")
+
+
+def manifests_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
+    """One row per run whose ``session.json`` parses as JSON, in run order (no polars: safe
+    in a forked worker)."""
     from pydantic import ValidationError
 
     from ..read.models import SessionManifest, first_error
@@ -62,7 +69,7 @@ def manifests_frame(runs: Iterable[RunData]) -> pl.DataFrame:
             "pending_action_id": _str(pending.get("action_id")),
             "verification_ok": ver_ok,
         })
-    return frame(rows, "ManifestsSchema")
+    return rows
 
 
 def manifests_df(source: Any = None, *, strict: bool = False,
@@ -88,4 +95,5 @@ def manifests_df(source: Any = None, *, strict: bool = False,
     >>> df["step"].to_list()
     [7]
     """
-    return load(source, strict=strict, max_depth=max_depth, builder=manifests_frame)
+    return load_rows(source, strict=strict, max_depth=max_depth, rows=manifests_rows,
+                     model="ManifestsSchema")

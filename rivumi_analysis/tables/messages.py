@@ -37,7 +37,7 @@ from ._common import (
     derived_frame,
     frame,
     is_clean,
-    load,
+    load_rows,
     usage_columns,
     usage_values,
     wanted_lines,
@@ -139,11 +139,8 @@ def _event_rows(run: RunData) -> list[dict[str, Any]]:
 
 
 def messages_frame(runs: Iterable[RunData]) -> pl.DataFrame:
-    rows: list[dict[str, Any]] = []
-    for run in runs:
-        rows += _manifest_rows(run)
-        rows += _event_rows(run)
-    return frame(rows, "MessagesSchema")
+    """The transcript of ``runs`` (read in full), validated (the row builders)."""
+    return frame(_exact_rows(runs), "MessagesSchema")
 
 
 def messages_table(runs: Sequence[RunData]) -> pl.DataFrame:
@@ -156,7 +153,9 @@ def _clean(run: RunData) -> bool:
     return run.kind != "external" and is_clean(run)
 
 
-def _exact_rows(runs: list[RunData]) -> list[dict[str, Any]]:
+def _exact_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
+    """:func:`_manifest_rows` and :func:`_event_rows` of each run, in run order (no polars:
+    safe in a forked worker)."""
     rows: list[dict[str, Any]] = []
     for run in runs:
         rows += _manifest_rows(run)
@@ -304,7 +303,8 @@ def messages_df(source: Any = None, *, strict: bool = False,
     >>> df.filter(pl.col("source") == "session.json")["role"].head(2).to_list()
     ['system', 'user']
     """
-    return load(source, strict=strict, max_depth=max_depth, builder=messages_frame)
+    return load_rows(source, strict=strict, max_depth=max_depth, rows=_exact_rows,
+                     model="MessagesSchema")
 
 
 _COLUMNS = ("run_dir", "run_id", "source", "position", "sequence", "line_no", "created_at",

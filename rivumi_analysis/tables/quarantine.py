@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
-from ._common import load, quarantine_frame
+from ._common import load_rows, quarantine_rows
 
 
 def quarantine_df(source: Any = None, *, strict: bool = False,
@@ -33,4 +33,5 @@ def quarantine_df(source: Any = None, *, strict: bool = False,
     >>> df.height
     0
     """
-    return load(source, strict=strict, max_depth=max_depth, builder=quarantine_frame)
+    return load_rows(source, strict=strict, max_depth=max_depth, rows=quarantine_rows,
+                     model="QuarantineSchema")

@@ -10,18 +10,38 @@ import polars as pl
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
 from ._common import (
+    Columns,
     _bool,
     _float,
     _int,
     _str,
     frame,
     instruction_summary,
-    load,
+    load_rows,
+    polars_schema,
+    row_columns,
     usage_columns,
 )
 
 
 def runs_frame(runs: Iterable[RunData]) -> pl.DataFrame:
+    """The runs table of ``runs`` (read in full), validated."""
+    return runs_table(row_columns(runs_rows(runs), polars_schema("RunsSchema")))
+
+
+def runs_table(columns: Columns) -> pl.DataFrame:
+    """The validated frame of the columns of :func:`runs_rows`, sorted by ``run_dir``
+    (stable: runs of one ``run_dir`` keep their order)."""
+    run_dirs = columns["run_dir"]
+    order = sorted(range(len(run_dirs)), key=run_dirs.__getitem__)
+    return frame({name: list(map(values.__getitem__, order))
+                  for name, values in columns.items()}, "RunsSchema")
+
+
+def runs_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
+    """One row per run in run order: its audit record (an error record when the audit
+    raises) with manifest, request-limit and result fields (no polars: safe in a forked
+    worker)."""
     from ..audit import error_record, record_from_run
     from ..read.discovery import RunLocation
     rows = []
@@ -57,8 +77,7 @@ def runs_frame(runs: Iterable[RunData]) -> pl.DataFrame:
             **usage,
         )
         rows.append(rec)
-    rows.sort(key=lambda r: r["run_dir"])
-    return frame(rows, "RunsSchema")
+    return rows
 
 
 def runs_df(source: Any = None, *, strict: bool = False,
@@ -84,4 +103,5 @@ def runs_df(source: Any = None, *, strict: bool = False,
     >>> df["verdict"].to_list()
     ['terminal']
     """
-    return load(source, strict=strict, max_depth=max_depth, builder=runs_frame)
+    return load_rows(source, strict=strict, max_depth=max_depth, rows=runs_rows,
+                     model="RunsSchema", table=runs_table)
