@@ -182,3 +182,30 @@ def test_no_runs_gives_the_builders_empty_frame(name: str, tmp_path: Path) -> No
     assert want.height == 0
     for jobs in (2, 1):
         assert_frame_equal(_load(name, str(tmp_path), jobs), want)
+
+
+def test_derived_tables_ship_quarantined_runs_only_for_a_strict_load(fleet: Path) -> None:
+    """``load_columnar``'s workers (the derived tables) send back the runs with quarantined
+    lines only when the load is strict, and a strict pooled load raises the same error as
+    one in this process."""
+    from rivumi_analysis.read.discovery import discover
+    from rivumi_analysis.tables import tool_calls
+
+    locations = discover(str(fleet)).runs
+    builders = tool_calls.BUILDERS
+    _parts, bad = _common._parts_chunk(locations, builders=builders, keep_quarantined=False)
+    assert bad == []
+    _parts, bad = _common._parts_chunk(locations, builders=builders, keep_quarantined=True)
+    assert len(bad) == 4 and all(run.quarantined for run in bad)
+    want = _common.quarantine_frame(load_fleet(str(fleet)).runs)
+    lenient = []
+    for jobs in (2, 1):
+        with pytest.raises(QuarantineError) as err:
+            _common.load_columnar(str(fleet), strict=True, max_depth=8, model="ToolCallsSchema",
+                                  builders=builders, jobs=jobs)
+        assert_frame_equal(err.value.quarantine, want)
+        lenient.append(_common.load_columnar(str(fleet), strict=False, max_depth=8,
+                                             model="ToolCallsSchema", builders=builders,
+                                             jobs=jobs))
+    assert lenient[0].height
+    assert_frame_equal(lenient[0], lenient[1])

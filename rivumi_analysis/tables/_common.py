@@ -356,8 +356,8 @@ def load_columnar(source: Source | None, *, strict: bool, max_depth: int,
     locations = discover(source, max_depth=max_depth).runs
     parts: Parts = []
     quarantined: list[RunData] = []
-    for part, bad in map_chunks(functools.partial(_parts_chunk, builders=builders),
-                                locations, jobs):
+    for part, bad in map_chunks(functools.partial(_parts_chunk, builders=builders,
+                                                  keep_quarantined=strict), locations, jobs):
         parts.extend(part)
         quarantined.extend(bad)
     table = parts_frame(parts, builders, model)
@@ -395,14 +395,16 @@ def map_chunks(work: Callable[[list[Any]], Any], locations: list[Any],
         return [work(locations)]
 
 
-def _parts_chunk(locations: list[Any], *, builders: Builders) -> tuple[Parts, list[RunData]]:
-    """:func:`derived_parts` of some runs (read for columns) and the runs with quarantined
-    lines."""
+def _parts_chunk(locations: list[Any], *, builders: Builders,
+                 keep_quarantined: bool = True) -> tuple[Parts, list[RunData]]:
+    """:func:`derived_parts` of some runs (read for columns) and, when ``keep_quarantined``
+    (a strict load, the only one that reads them), the runs with quarantined lines: a run
+    read whole is costly to send back from a worker."""
     from ..read.snapshot import iter_runs
 
     with gc_paused():
         runs = list(iter_runs(locations, columnar=True))
-        quarantined = [run for run in runs if run.quarantined]
+        quarantined = [run for run in runs if run.quarantined] if keep_quarantined else []
         return derived_parts(checked_views(runs, builders.clean), builders), quarantined
 
 
