@@ -633,8 +633,8 @@ def _columns_proof(run: RunData, tab: Any) -> bool:
     return True
 
 
-_BY_TYPE = ("model.requested", "model.completed", "role_lane.completed", "tool.requested",
-            "tool.started", "tool.completed", "approval.requested", "verification.started",
+_BY_TYPE = ("model.requested", "model.completed", "role_lane.completed", "tool.started",
+            "tool.completed", "approval.requested", "verification.started",
             "verification.completed", "verification.reused", "run.completed", "run.failed",
             "run.cancelled")
 
@@ -714,7 +714,7 @@ def _setters(ev: _Flat, starts: list[int], by_type: Mapping[str, list[int]],
              naive: dict[int, Any] | None = None) -> dict[str, _Sparse]:
     """The setter columns from the events that need them (adds fallback reasons; fills
     ``naive`` with each scanned run's naive guard, see :func:`_guard_scan`)."""
-    datas, seqs = ev.datas, ev.seqs
+    datas, seqs, types = ev.datas, ev.seqs, ev.types
     col = _Sparse
 
     step_v = col()
@@ -772,11 +772,9 @@ def _setters(ev: _Flat, starts: list[int], by_type: Mapping[str, list[int]],
             ai += 1
         if k not in reasons and lo != hi:
             todo.append((k, g_run, a_run))
-    # the fingerprints of the batch's requested calls first, in one pass (not those of a run
-    # already handed to the reference, which the scan never reads)
-    req = by_type["tool.requested"]
-    if reasons:
-        req = [i for i in req if _run_of(starts, i) not in reasons]
+    # the fingerprints of the requested calls of every run the scans will read, first, in one
+    # pass (a run already handed to the reference is not in todo)
+    req = [i for _k, g_run, _a in todo for i in g_run if types[i] == "tool.requested"]
     keys = _request_keys(datas, req, naive is not None)
     for k, g_run, a_run in todo:
         lo, hi = starts[k], starts[k + 1]
