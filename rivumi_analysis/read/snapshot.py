@@ -230,13 +230,23 @@ def runs_of(source: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[RunData]
     return load_fleet(source, max_depth=max_depth).runs
 
 
+def is_loaded(source: Any) -> bool:
+    """Whether ``source`` is runs read already (a :class:`Fleet`, a ``RunData`` or a non-empty
+    list of them), not a path source to discover.
+
+    >>> is_loaded([]), is_loaded(Fleet(runs=[], skipped=[], root_used=None))
+    (False, True)
+    """
+    return isinstance(source, (Fleet, RunData)) or (
+        isinstance(source, (list, tuple)) and bool(source)
+        and all(isinstance(r, RunData) for r in source))
+
+
 def stream_runs(source: Any, *, max_depth: int = DEFAULT_MAX_DEPTH,
                 columnar: bool = False) -> Iterator[RunData]:
     """Like :func:`runs_of`, but reads path sources one run at a time (discovery first, so
     usage errors are raised before anything is read). ``columnar``: see :func:`read_run`."""
-    if isinstance(source, (Fleet, RunData)) or (
-            isinstance(source, (list, tuple)) and source
-            and all(isinstance(r, RunData) for r in source)):
+    if is_loaded(source):
         return iter(runs_of(source))
     return iter_runs(discover(source, max_depth=max_depth).runs, columnar=columnar)
 

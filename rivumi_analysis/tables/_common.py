@@ -23,7 +23,7 @@ import polars as pl
 from ..errors import QuarantineError, SchemaValidationError
 from ..read.decode import _without_lone_surrogates
 from ..read.discovery import Source
-from ..read.snapshot import Fleet, RunData, gc_paused, stream_runs
+from ..read.snapshot import RunData, gc_paused, is_loaded, stream_runs
 
 if TYPE_CHECKING:
     import pandera.polars as pa
@@ -177,14 +177,6 @@ def load(source: Source | None, *, strict: bool, max_depth: int,
     return table
 
 
-def loaded(source: Any) -> bool:
-    """Whether ``source`` is runs read already (a :class:`~rivumi_analysis.read.snapshot.Fleet`,
-    a ``RunData`` or a non-empty list of them), not a path source to discover."""
-    return isinstance(source, (Fleet, RunData)) or (
-        isinstance(source, (list, tuple)) and bool(source)
-        and all(isinstance(r, RunData) for r in source))
-
-
 RowsBuilder = Callable[[Iterable[RunData]], list[dict[str, Any]]]
 """A table's rows (dicts of plain values) of some runs read in full, in run order (no
 polars: it runs in forked workers). A module-level function: it travels to worker
@@ -218,7 +210,7 @@ def load_rows(source: Source | None, *, strict: bool, max_depth: int, rows: Rows
     """
     names = tuple(polars_schema(model))
     table = table or functools.partial(frame, model=model)
-    if loaded(source):
+    if is_loaded(source):
         return load(source, strict=strict, max_depth=max_depth,
                     builder=lambda runs: table(row_columns(rows(runs), names)))
     from ..read.discovery import discover
@@ -348,7 +340,7 @@ def load_columnar(source: Source | None, *, strict: bool, max_depth: int,
     builder (:func:`derived_parts`). The workers hand back plain rows; the parent builds and
     validates the frame. Loaded runs (a fleet) take :func:`load` and the row builder.
     """
-    if loaded(source):
+    if is_loaded(source):
         return load(source, strict=strict, max_depth=max_depth,
                     builder=lambda runs: frame(builders.exact_rows(runs), model))
     from ..read.discovery import discover

@@ -53,10 +53,9 @@ def load_events(source: Source | None, *, strict: bool, max_depth: int,
     """
     from ..read.cache import PARALLEL_MIN_RUNS, _pool_context, default_jobs
     from ..read.discovery import discover
-    from ..read.snapshot import Fleet
+    from ..read.snapshot import is_loaded
 
-    if isinstance(source, (Fleet, RunData)) or (isinstance(source, (list, tuple)) and source
-                                                and all(isinstance(r, RunData) for r in source)):
+    if is_loaded(source):
         from ._common import load
 
         return load(source, strict=strict, max_depth=max_depth, builder=events_frame)

@@ -24,10 +24,10 @@ import polars as pl
 
 from ..read.discovery import discover
 from ..read.snapshot import (
-    Fleet,
     RunData,
     exact_run,
     gc_paused,
+    is_loaded,
     read_run,
     runs_of,
     stream_runs,
@@ -246,9 +246,7 @@ def _in_batches(runs: Iterable[RunData], reduce: Callable[[list[RunData]], T],
 def _locations(source: Any, max_depth: int, engine: str) -> list[Any] | None:
     """The run locations of a path source for the vectorised engine (None: the reference
     engine, or runs already loaded, which take the snapshots as they are)."""
-    if engine == "reference" or isinstance(source, (Fleet, RunData)) or (
-            isinstance(source, (list, tuple)) and source
-            and all(isinstance(r, RunData) for r in source)):
+    if engine == "reference" or is_loaded(source):
         return None
     return discover(source, max_depth=max_depth).runs
 
