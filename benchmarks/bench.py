@@ -228,6 +228,15 @@ class Envelope(msgspec.Struct):
     task_id: str | None = None
 
 
+def _envelope_count(decoder: Any, data: bytes) -> int:
+    """Events in ``data`` decoded as ONE JSON array of envelopes (its lines joined by commas);
+    0 for a log that is not one clean array (a torn or odd log: the references skip it)."""
+    try:
+        return len(decoder.decode(b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]"))
+    except msgspec.DecodeError:
+        return 0
+
+
 def m_msgspec_envelope(root: str, cache: str | None) -> dict[str, Any]:
     """Reference: every events.jsonl decoded as ONE JSON array of envelope Structs."""
     dec = msgspec.json.Decoder(list[Envelope])
@@ -238,21 +247,17 @@ def m_msgspec_envelope(root: str, cache: str | None) -> dict[str, Any]:
         with open(f, "rb") as fh:
             data = fh.read()
         nbytes += len(data)
-        try:
-            n += len(dec.decode(b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]"))
-        except msgspec.DecodeError:
-            pass  # not one clean array (a torn or odd log): the reference skips it
+        n += _envelope_count(dec, data)
     return {"seconds": time.perf_counter() - t, "rows": n, "events_bytes": nbytes}
-
-
-_FLOOR_FILES = ("session.json", "request.json", "result.json", "checkpoint.json",
-                "backend-result.json", ".writer.lock")  # besides events.jsonl
 
 
 def m_audit_floor(root: str, cache: str | None) -> dict[str, Any]:
     """Floor: list each run folder, read the files an audit record is made of (the log and
-    :data:`_FLOOR_FILES`, as ``read.snapshot._RUN_FILES``), decode the log's envelopes in one
+    every other file of ``read.snapshot._RUN_FILES``), decode the log's envelopes in one
     msgspec call and the documents as plain objects. No check, no rule, one process."""
+    from rivumi_analysis.read.snapshot import _RUN_FILES
+
+    others = sorted(_RUN_FILES - {"events.jsonl"})
     envelopes, document = msgspec.json.Decoder(list[Envelope]), msgspec.json.Decoder()
     dirs = _run_dirs(root)
     c, t = _cpu(), time.perf_counter()
@@ -262,12 +267,8 @@ def m_audit_floor(root: str, cache: str | None) -> dict[str, Any]:
         if "events.jsonl" in names:
             with open(os.path.join(d, "events.jsonl"), "rb") as fh:
                 data = fh.read()
-            try:
-                events += len(envelopes.decode(
-                    b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]"))
-            except msgspec.DecodeError:
-                pass  # a torn or odd log: the floor does not read it line by line
-        for name in _FLOOR_FILES:
+            events += _envelope_count(envelopes, data)
+        for name in others:
             if name in names:
                 with open(os.path.join(d, name), "rb") as fh:
                     data = fh.read()
