@@ -165,9 +165,28 @@ def _build_parser() -> argparse.ArgumentParser:
     e.set_defaults(handler=cmd_export)
 
     st = sub.add_parser("store", help="build or refresh the Parquet store of every table and "
-                                      "print where it is")
+                                      "print where it is; `store ls` lists the stores, "
+                                      "`store gc` removes old or surplus ones",
+                        epilog="store ls [--root DIR] [--format table|json]: every store "
+                               "(source, runs, size, last used). store gc [--older-than AGE] "
+                               "[--max-size SIZE] [--dry-run]: remove stores unused for AGE "
+                               "(e.g. 30d), then the least recently used until the rest fit "
+                               "in SIZE (e.g. 5G). A store being refreshed is skipped. "
+                               "(A source folder named ls or gc: write ./ls.)")
     st.add_argument("paths", nargs="*", metavar="PATH",
-                    help="run directories or folders of runs (default: the run root)")
+                    help="run directories or folders of runs (default: the run root), or "
+                         "`ls` / `gc`")
+    st.add_argument("--root", default=None, metavar="DIR",
+                    help="ls/gc: the folder of stores (default: $RIVUMI_ANALYSIS_STORE_DIR or "
+                         "~/.cache/rivumi-analysis/store)")
+    st.add_argument("--older-than", default=None, metavar="AGE",
+                    help="gc: remove stores last used longer ago (e.g. 30d, 12h)")
+    st.add_argument("--max-size", default=None, metavar="SIZE",
+                    help="gc: then remove the least recently used until the rest fit "
+                         "(e.g. 500M, 10G)")
+    st.add_argument("--dry-run", action="store_true", help="gc: only say what would go")
+    st.add_argument("--format", choices=("table", "json"), default="table",
+                    help="ls/gc output (default table)")
     st.add_argument("--store", default=None, metavar="DIR",
                     help="store folder (default: $RIVUMI_ANALYSIS_STORE_DIR or "
                          "~/.cache/rivumi-analysis/store/<name>-<hash>); never inside a source")
@@ -587,10 +606,51 @@ def cmd_relay_audit(args: argparse.Namespace) -> int:
     return run_cli(args.paths, fmt, fail_on, max_depth=args.max_depth)
 
 
+def _store_housekeeping(args: argparse.Namespace) -> int:
+    from .store import housekeeping as hk
+
+    action, rest = args.paths[0], args.paths[1:]
+    try:
+        if rest:
+            raise ValueError(f"store {action} takes no path (the stores' folder: --root DIR)")
+        older = hk.parse_age(args.older_than) if args.older_than else None
+        size = hk.parse_size(args.max_size) if args.max_size else None
+        if action == "gc" and older is None and size is None:
+            raise ValueError("store gc needs --older-than AGE and/or --max-size SIZE")
+    except ValueError as exc:
+        print(f"rivumi-analysis store: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if action == "ls":
+        stores = hk.list_stores(args.root)
+    else:
+        stores = hk.gc_stores(args.root, older_than=older, max_bytes=size,
+                              dry_run=args.dry_run)
+    if args.format == "json":
+        json.dump([{"directory": s.directory, "sources": list(s.sources), "runs": s.runs,
+                    "bytes": s.bytes, "last_used": s.last_used} for s in stores],
+                  sys.stdout, indent=1)
+        print()
+        return EXIT_OK
+    import time
+
+    verb = "" if action == "ls" else ("would remove " if args.dry_run else "removed ")
+    for s in stores:
+        used = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.last_used))
+        print(f"{verb}{s.directory}\t{', '.join(s.sources) or '?'}\t{s.runs} runs\t"
+              f"{s.bytes / 1e6:.1f} MB\tlast used {used}")
+    total = sum(s.bytes for s in stores)
+    print(f"rivumi-analysis: {len(stores)} store(s), {total / 1e6:.1f} MB"
+          + ("" if action == "ls" else (" would be freed" if args.dry_run else " freed")),
+          file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_store(args: argparse.Namespace) -> int:
     from .errors import StoreError
     from .store.core import open_store
 
+    if args.paths and args.paths[0] in ("ls", "gc"):
+        return _store_housekeeping(args)
     paths, err = _resolve_paths(args.paths)
     if err:
         print(f"rivumi-analysis store: error: {err}", file=sys.stderr)
@@ -709,7 +769,7 @@ def cmd_codes(args: argparse.Namespace) -> int:
 
 
 # every argument that names a path (``~`` and ``$VARS`` are expanded in each)
-_PATH_ARGS = ("paths", "run_dir", "out", "png", "cache_dir", "path", "store", "runs_from")
+_PATH_ARGS = ("paths", "run_dir", "out", "png", "cache_dir", "path", "store", "runs_from", "root")
 
 
 def expand_path(path: str) -> str:

@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from ..errors import StoreError
-from ..read.cache import RACY_SECONDS, Fingerprint, code_fingerprint, default_cache_dir
+from ..read.cache import RACY_SECONDS, Fingerprint, code_fingerprint
 from ..read.cache import proc_locked_keys as _held_keys
 from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover, normalize_sources
 from ..read.snapshot import _lock_key, gc_paused
@@ -63,12 +63,12 @@ from .build import (
     write_atomically,
     write_parts,
 )
+from .housekeeping import enforce_cap
+from .paths import ENV_DIR, LOCK, MANIFEST, default_store_root, manifest_doc, store_key, touch
 
 STORE_FORMAT = 3
 """Layout of the manifest (bump when it changes shape; an old store is rebuilt)."""
 
-MANIFEST = "_store.msgpack"
-LOCK = ".lock"
 PART_RUNS = 1000
 """At most this many runs per part written by one refresh."""
 COMPACT_MIN_PARTS = 8
@@ -88,7 +88,6 @@ T = TypeVar("T")
 
 _PART_RE = re.compile(r"\.?part-g(\d+)-")
 
-ENV_DIR = "RIVUMI_ANALYSIS_STORE_DIR"
 ENV_ENABLE = "RIVUMI_ANALYSIS_STORE"
 _OFF = frozenset({"0", "off", "false", "no"})
 
@@ -108,31 +107,6 @@ def store_enabled(environ: dict[str, str] | None = None) -> bool:
     """
     env = os.environ if environ is None else environ
     return env.get(ENV_ENABLE, "1").strip().lower() not in _OFF
-
-
-def default_store_root(environ: dict[str, str] | None = None) -> str:
-    """Where stores live: ``$RIVUMI_ANALYSIS_STORE_DIR`` or ``<cache dir>/store``.
-
-    >>> default_store_root({"RIVUMI_ANALYSIS_STORE_DIR": "/s", "HOME": "/h"})
-    '/s'
-    >>> default_store_root({"XDG_CACHE_HOME": "/c", "HOME": "/h"})
-    '/c/rivumi-analysis/store'
-    """
-    env = os.environ if environ is None else environ
-    if env.get(ENV_DIR):
-        return env[ENV_DIR]
-    return os.path.join(default_cache_dir(env), "store")
-
-
-def store_key(tops: Sequence[str], max_depth: int) -> str:
-    """The folder name of the store of some sources (as given and as resolved)."""
-    h = hashlib.blake2b(digest_size=10)
-    for t in tops:
-        h.update(f"{t}\0{os.path.realpath(t)}\0".encode("utf-8", "surrogateescape"))
-    h.update(str(max_depth).encode())
-    name = os.path.basename(os.path.normpath(tops[0])) if tops else "fleet"
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40] or "fleet"
-    return f"{safe}-{h.hexdigest()}"
 
 
 def _inside(path: str, top: str) -> bool:
@@ -363,15 +337,8 @@ def _with_paths(doc: dict[str, Any], f: Callable[[Any], Any]) -> dict[str, Any]:
 
 
 def _decode_manifest(blob: bytes) -> Manifest | None:
-    digest, body = blob[:16], blob[16:]
-    if len(blob) < 17 or hashlib.blake2b(body, digest_size=16).digest() != digest:
-        return None
-    try:
-        d = msgspec.msgpack.decode(body)
-    except msgspec.DecodeError:
-        return None
-    if not isinstance(d, dict) or d.get("format") != STORE_FORMAT or d.get(
-            "code") != _code():
+    d = manifest_doc(blob)
+    if d is None or d.get("format") != STORE_FORMAT or d.get("code") != _code():
         return None
     if d.get("fsnames"):
         d = _with_paths(d, _path_in)
@@ -1222,6 +1189,7 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
         m = store.manifest()
         if (m is not None and m.sources == list(tops) and m.max_depth == max_depth
                 and not store.damaged_parts(m)):
+            touch(d)
             return Opened(store, m), None
     light = tables is not None and LIGHT_TABLES.issuperset(tables)
     # the stat pass and a refresh make a few objects per run of the fleet (the manifest's
@@ -1269,6 +1237,10 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
         finally:
             if job is not None:
                 job.join()  # never left running: it reads files this process may replace
+        touch(d)
+        s = store.last_stats
+        if m is not m0 and s is not None and (s.reread or s.removed or s.parts_written):
+            enforce_cap(d)  # a store grew: keep the stores under the default root capped
         return Opened(store, m), job
 
 
