@@ -217,9 +217,11 @@ def test_an_entry_name_not_utf8_in_a_run_folder_through_the_store_and_watch(
     assert open_store(src, store_dir=store).store.last_stats.reread == 1
     leftover.write_bytes(b"{}")
     w = Watcher(src)
-    assert w.poll() == [] and w.reads == 1
+    assert w.poll() == [] and w.reads == 0  # not live: stat-ed, never read
+    (tracked,) = w.runs.values()
+    assert tracked.fp is not None  # the name fingerprinted (it was a UnicodeEncodeError)
     w.poll()
-    assert w.reads == 1  # nothing changed: stat only
+    assert w.reads == 0 and next(iter(w.runs.values())).fp == tracked.fp
 
 
 def test_a_run_folder_not_utf8_in_watch_output(tmp_path: Path) -> None:

@@ -172,10 +172,29 @@ def test_watch_on_a_pipe_prints_plain_text_lines(tmp_path: Path) -> None:
         assert finished.group(1) == decide(read_run(run_dir)).verdict
         assert all(not ln.startswith("{") and "\x1b" not in ln for ln in lines), lines
         assert not any(str(root / settled.name) in ln for ln in lines), lines  # not live
+        assert re.fullmatch(r"\d\d:\d\d:\d\d 2 runs: 0 live, \d+ alerts, 1 finished since "
+                            r"start \(tick [\d.]+ s\)", _line(watcher)), lines  # the summary
     finally:
         _close(writer)  # type: ignore[arg-type]  # text mode: the same kill, wait and close
         if watcher is not None:
             _close(watcher)
+
+
+def test_watch_on_a_pipe_shows_a_settled_fleet_from_the_first_tick(tmp_path: Path) -> None:
+    """A finished fleet on a pipe: the first tick prints its summary line (nothing live);
+    later ticks without a change print nothing until the heartbeat."""
+    import io
+
+    from rivumi_analysis.store.watch import watch
+
+    shutil.copytree(ROOT / "sample_runs" / "completed", tmp_path / "f")
+    n = len(list((tmp_path / "f").iterdir()))
+    out = io.StringIO()
+    assert watch(str(tmp_path / "f"), out=out, interval=0.01, iterations=3) == 0
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1, lines
+    assert re.fullmatch(rf"\d\d:\d\d:\d\d {n} runs: 0 live, 0 alerts, 0 finished since start "
+                        r"\(tick [\d.]+ s\)", lines[0]), lines
 
 
 def _view(**kw: object) -> RunView:
@@ -198,21 +217,36 @@ def test_alert_rules() -> None:
 
 
 def test_watcher_reads_only_what_changed(tmp_path: Path) -> None:
+    """A run that is not live is only stat-ed (a settled fleet's first tick reads nothing);
+    a live run is read when it changed, from its first new line; it is read once more when
+    its writer lets go (its verdict)."""
+    import fcntl
     import shutil
 
     src = ROOT / "sample_runs" / "completed"
     shutil.copytree(src, tmp_path / "f")
     w = Watcher(str(tmp_path / "f"))
     assert w.poll() == []  # nothing live
-    n = w.reads
-    assert n == len(list((tmp_path / "f").iterdir()))
-    w.poll()
-    assert w.reads == n  # nothing changed: a stat per run, no read
+    assert w.reads == 0 and len(w.runs) == len(list((tmp_path / "f").iterdir()))
     run = sorted((tmp_path / "f").iterdir())[0]
-    size = (run / "events.jsonl").stat().st_size
-    decoded = w.bytes_decoded
-    with open(run / "events.jsonl", "ab") as fh:
-        fh.write(b'{"x": 1}\n')
+    with open(run / "events.jsonl", "ab") as fh:  # a change to a run nobody writes: a stat
+        fh.write(b'{"x": 0}\n')
+    assert w.poll() == [] and w.reads == 0
+    fd = os.open(run / ".writer.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert [c.type for c in w.poll()] == ["live"] and w.reads == 1
+        w.poll()
+        assert w.reads == 1  # nothing changed: a stat per run, no read
+        size = (run / "events.jsonl").stat().st_size
+        decoded = w.bytes_decoded
+        with open(run / "events.jsonl", "ab") as fh:
+            fh.write(b'{"x": 1}\n')
+        w.poll()
+        assert w.reads == 2
+        assert w.bytes_decoded - decoded == len(b'{"x": 1}\n') < size  # only the new bytes
+    finally:
+        os.close(fd)
+    assert [c.type for c in w.poll()] == ["finished"] and w.reads == 3
     w.poll()
-    assert w.reads == n + 1
-    assert w.bytes_decoded - decoded == len(b'{"x": 1}\n') < size  # only the new bytes
+    assert w.reads == 3

@@ -1,9 +1,12 @@
 """``rivumi-analysis watch``: a live view of a fleet that is still running.
 
 Every few seconds the fleet is stat-ed (the audit cache's fingerprint of each run folder);
-only runs whose fingerprint changed are read again, and their ``events.jsonl`` is decoded
-from the first line that was not complete last time (the audit cache's prefix rule: same
-inode, BLAKE2b of the already-read prefix), so a tick costs a stat per run plus the new bytes.
+only live runs (a process holds ``.writer.lock``) are read, and only when their fingerprint
+changed (a run that was live is read once more when it lets go, for its verdict); a run that
+is not live is only stat-ed, so the first tick over a settled fleet of 10,000 runs costs a
+listing and a stat per run. A live run's ``events.jsonl`` is decoded from the first line
+that was not complete last time (the audit cache's prefix rule: same inode, BLAKE2b of the
+already-read prefix), so a tick costs a stat per run plus the new bytes.
 
 Live runs are those whose ``.writer.lock`` a process holds (``writer_active``). For each:
 step, seconds since the last append (the log's mtime), repeat count against the guard's trip
@@ -27,7 +30,7 @@ from typing import Any, TextIO
 
 from ..read.cache import EventsPrefix, fingerprint, make_prefix, proc_locked_keys
 from ..read.discovery import DEFAULT_MAX_DEPTH, Source, discover
-from ..read.snapshot import RunData, read_run
+from ..read.snapshot import RunData, _lock_key, read_run
 from ..replay.reducer import REPEAT_TRIP
 
 STALL_SECONDS = 60.0
@@ -127,8 +130,20 @@ def view_of(run: RunData) -> RunView:
 class _Tracked:
     fp: bytes | None
     prefix: EventsPrefix | None
-    view: RunView
+    view: RunView | None
+    """None for a run that was not live whenever it was stat-ed (never read)."""
     alerts: dict[str, str] = field(default_factory=dict)
+
+
+def _lock_held(run_dir: str, names: list[str] | None, held: frozenset[str]) -> bool:
+    """Whether a process holds the run's ``.writer.lock`` (``held``: ``/proc/locks`` keys)."""
+    if not held or (names is not None and ".writer.lock" not in names):
+        return False
+    try:
+        st = os.lstat(os.path.join(run_dir, ".writer.lock"))
+    except OSError:
+        return False
+    return _lock_key(st.st_dev, st.st_ino) in held
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,45 +206,53 @@ class Watcher:
         return view_of(run), new_prefix
 
     def poll(self, now: float | None = None) -> list[Change]:
-        """Stat every run, re-read the changed ones, return the changes (first poll: the
+        """Stat every run, re-read the changed live ones, return the changes (first poll: the
         live runs and their alerts)."""
         held = proc_locked_keys()
-        found = discover(self.source, max_depth=self.max_depth).runs
+        listings: dict[str, list[str]] = {}
+        found = discover(self.source, max_depth=self.max_depth, listings=listings).runs
         changes: list[Change] = []
         seen = set()
         for loc in found:
             seen.add(loc.run_dir)
             prev = self.runs.get(loc.run_dir)
             # the lock file's identity (ctime/mtime/size), not its bytes, as the store does
-            fp = fingerprint(loc.run_dir, held, lock_content=False)
+            names = listings.get(loc.run_dir)
+            fp = fingerprint(loc.run_dir, held, names, lock_content=False)
             if prev is not None and fp is not None and prev.fp == fp.blob:
                 view = prev.view
             else:
-                view, prefix = self._read(loc, prev, fp)
                 prev_view = prev.view if prev is not None else None
+                if (prev_view is not None and prev_view.live) or _lock_held(
+                        loc.run_dir, names, held):
+                    view, prefix = self._read(loc, prev, fp)
+                else:
+                    view, prefix = None, None  # not live: nothing to show until it is
                 prev = self.runs[loc.run_dir] = _Tracked(fp.blob if fp else None, prefix, view,
                                                          prev.alerts if prev else {})
                 t = time.time() if now is None else now
-                if view.live and (prev_view is None or prev_view.key() != view.key()):
+                if view is None:
+                    pass
+                elif view.live and (prev_view is None or prev_view.key() != view.key()):
                     changes.append(Change("live", loc.run_dir, t, view))
-                if prev_view is not None and prev_view.live and not view.live:
+                elif prev_view is not None and prev_view.live and not view.live:
                     changes.append(Change("finished", loc.run_dir, t, view))
                     self.finished.append((t, view))
             t = time.time() if now is None else now
-            alerts = view.alerts(t, self.stall_seconds)
+            alerts = view.alerts(t, self.stall_seconds) if view is not None else {}
             for code, msg in alerts.items():
                 if code not in prev.alerts:
                     changes.append(Change("alert", loc.run_dir, t, view, code, msg))
             prev.alerts = alerts
         for gone in [r for r in self.runs if r not in seen]:
             tr = self.runs.pop(gone)
-            if tr.view.live:
+            if tr.view is not None and tr.view.live:
                 t = time.time() if now is None else now
                 changes.append(Change("finished", gone, t, tr.view, message="run removed"))
         return changes
 
     def live(self) -> list[RunView]:
-        return [t.view for t in self.runs.values() if t.view.live]
+        return [t.view for t in self.runs.values() if t.view is not None and t.view.live]
 
     def alerts(self) -> list[tuple[str, str, str]]:
         return [(r, code, msg) for r, t in self.runs.items() for code, msg in t.alerts.items()]
@@ -308,6 +331,22 @@ def render_change(c: Change) -> str:
         f"resume now: {v.verdict}")
 
 
+def render_summary(w: Watcher, now: float, tick_seconds: float) -> str:
+    """The summary line a pipe gets after a tick's changes.
+
+    >>> w = Watcher([])
+    >>> render_summary(w, 0.0, 0.25)
+    '00:00:00 0 runs: 0 live, 0 alerts, 0 finished since start (tick 0.25 s)'
+    """
+    stamp = datetime.fromtimestamp(now, UTC).strftime("%H:%M:%S")
+    return (f"{stamp} {len(w.runs)} runs: {len(w.live())} live, {len(w.alerts())} alerts, "
+            f"{len(w.finished)} finished since start (tick {tick_seconds:.2f} s)")
+
+
+HEARTBEAT_SECONDS = 60.0
+"""On a pipe, a tick with no change still prints its summary line this often."""
+
+
 def watch(source: Source | None, *, out: TextIO | None = None, fmt: str = "auto",
           interval: float = INTERVAL_SECONDS, stall_seconds: float = STALL_SECONDS,
           max_depth: int = DEFAULT_MAX_DEPTH, iterations: int | None = None) -> int:
@@ -316,21 +355,25 @@ def watch(source: Source | None, *, out: TextIO | None = None, fmt: str = "auto"
     tty = fmt == "auto" and out.isatty()
     w = Watcher(source, max_depth=max_depth, stall_seconds=stall_seconds)
     label = source if isinstance(source, str) else " ".join(map(str, source or []))
-    n = 0
+    last_summary = None
     try:
         for _ in _ticks(interval, iterations):
             t0 = time.perf_counter()
             changes = w.poll()
             now = time.time()
+            tick = time.perf_counter() - t0
             if tty:
-                out.write("\x1b[H\x1b[2J" + render_screen(w, now, label,
-                                                         time.perf_counter() - t0) + "\n")
+                out.write("\x1b[H\x1b[2J" + render_screen(w, now, label, tick) + "\n")
             elif fmt == "jsonl":
                 out.writelines(c.to_json() + "\n" for c in changes)
             else:
+                # the changes, then a summary: every tick with a change, the first tick and
+                # a heartbeat, so a pipe shows a settled fleet from the first tick
                 out.writelines(render_change(c) + "\n" for c in changes)
+                if changes or last_summary is None or now - last_summary >= HEARTBEAT_SECONDS:
+                    out.write(render_summary(w, now, tick) + "\n")
+                    last_summary = now
             out.flush()
-            n += 1
     except KeyboardInterrupt:
         pass
     return 0
