@@ -78,9 +78,9 @@ def test_starting_points_load_once_and_end_with_adapt_this(name: str):
     assert "parameters" in code[0].metadata.get("tags", [])  # papermill's parameter cell
     assert "RIVUMI_RUN_ROOT" in code[0].source and "RIVUMI_NOTEBOOK_RUN_ROOT" in code[0].source
     src = "\n".join(c.source for c in code)
-    assert src.count("load_fleet(RUN_ROOT)") == 1 and "(RUN_ROOT)" not in src.replace(
-        "load_fleet(RUN_ROOT)", "")  # every table from the one read
-    assert 'template="inline"' in code[1].source  # offline renderer
+    # every table through the store (re-runs read Parquet), never a whole read in memory
+    assert "load_fleet" not in src and "ra.runs_df(RUN_ROOT)" in code[1].source
+    assert "offline_charts.enable()" in code[1].source  # the offline renderer
     heads = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
              and c.source.startswith("## Adapt this")]
     assert heads and any(c.cell_type == "code" for c in nb.cells[heads[-1]:])
