@@ -12,6 +12,7 @@ import hashlib
 import html as _html
 import json
 import os
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -56,14 +57,38 @@ def relative_run_dir(run_dir: str | None, sources: Sequence[str]) -> str | None:
     return best if best is not None else os.path.basename(rd)
 
 
+_BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+# bidi controls, C0/C1 controls other than tab and newline, the line and paragraph separators
+# and lone surrogates: run text shows each as a marker instead of obeying it (a bidi override
+# must not reorder what the reader sees; a lone surrogate cannot even be written as UTF-8)
+_CONTROL = re.compile("[" + _BIDI + "\u0000-\u0008\u000b-\u001f\u007f-\u009f"
+                      "\u2028\u2029\ud800-\udfff]")
+
+
+def visible(text: str) -> str:
+    """``text`` with bidi controls, control characters and lone surrogates replaced by a
+    visible marker ``⟦U+XXXX⟧`` (a carriage return before a newline is dropped).
+
+    >>> visible("abc\\u202edef\\r\\n\\ud800")
+    'abc⟦U+202E⟧def\\n⟦U+D800⟧'
+    """
+    text = text.replace("\r\n", "\n")
+    return _CONTROL.sub(lambda m: f"⟦U+{ord(m.group()):04X}⟧", text)
+
+
 def e(v: Any) -> str:
+    """``v`` for HTML text or a quoted attribute: escaped, controls made :func:`visible`.
+
+    >>> e('<img src=x onerror="a()">\\u202e'), e(1234.56), e(None)
+    ('&lt;img src=x onerror=&quot;a()&quot;&gt;⟦U+202E⟧', '1,234.6', '')
+    """
     if v is None:
         return ""
     if isinstance(v, float):
         return f"{v:,.1f}"
     if isinstance(v, list):
         return ", ".join(e(x) for x in v)
-    return _html.escape(str(v), quote=True)
+    return _html.escape(visible(str(v)), quote=True)
 
 
 def reason_text(code: str) -> str:
@@ -139,9 +164,21 @@ def spec(chart: Any) -> dict[str, Any]:
     return d
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def script_json(obj: Any) -> str:
-    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-            .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+    """``obj`` as JSON safe inside ``<script>``: ``<``, ``>`` and ``&`` as escapes (no
+    ``</script>`` or ``<!--`` can close or change the element), the line separators and lone
+    surrogates too (the file stays valid UTF-8; JSON strings may hold such escapes).
+
+    >>> script_json({"a": "</script>\\ud800"})
+    '{"a":"\\\\u003c/script\\\\u003e\\\\ud800"}'
+    """
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", (
+        json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+        .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")))
 
 
 CSS = """
@@ -212,11 +249,35 @@ JS = r"""
     bar.textContent = focus ? 'Following run ' + focus + ' in every chart and the audit ' +
       'table (click here, an empty spot or the run again to clear)' : '';
   }
+  function toEntry(sec, seq){
+    var hit = sec.querySelector('.tx-e[data-seqs~="' + Number(seq) + '"]');
+    var old = document.querySelectorAll('.tx-hit');
+    Array.prototype.forEach.call(old, function(x){ x.classList.remove('tx-hit'); });
+    if (!hit) {
+      var cut = sec.querySelector('.tx-cut-hit') || sec.querySelector('[id$="-tx-cut"]');
+      if (cut) { cut.scrollIntoView({block:'center'}); return true; }
+      return false;
+    }
+    hit.classList.add('tx-hit');
+    hit.scrollIntoView({block:'center'});
+    return true;
+  }
+  // an entry's place on the timeline: its bar scrolls back to the run's timeline chart
+  document.addEventListener('click', function(ev){
+    var bar = ev.target.closest && ev.target.closest('.tx-bar[data-chart]');
+    if (!bar) return;
+    var chart = document.getElementById(bar.getAttribute('data-chart'));
+    if (chart) chart.scrollIntoView({block:'center'});
+  });
   Object.keys(specs).forEach(function(key){
     var el = document.getElementById('chart-' + key);
     pending.push(vegaEmbed(el, specs[key], opts).then(function(res){
       views.push(res.view);
+      var runSec = el.closest('section.runpage');
       res.view.addEventListener('click', function(ev, item){
+        // on a run page, a segment or tick lands on its transcript entry
+        var d = item && item.datum, seq = d && (d.seq != null ? d.seq : d.sequence);
+        if (runSec && seq != null && toEntry(runSec, seq)) return;
         var id = runOf(item);
         if (id) setFocus(id); else if (!item && focus) setFocus(null);
       });
@@ -265,19 +326,112 @@ def page(title: str, subtitle: str, body: str, charts: Mapping[str, Any], *,
     specs = dict(specs) if specs is not None else {k: spec(c) for k, c in charts.items()}
     gen = (generated or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
     red = " · redacted (allowlist only)" if redact else ""
+    bundle = js_bundle(vl_version())
+    css = page_css()
+    embed_css, tooltip_css = vega_styles(bundle)
+    styles = [css] + [x for x in (embed_css, tooltip_css) if x is not None]
+    pre = ((f'<style id="vega-embed-style">{embed_css}</style>' if embed_css else "")
+           + (f'<style id="vega-tooltip-style">{tooltip_css}</style>' if tooltip_css else ""))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data: blob:">
-<title>{e(title)}</title><style>{CSS}</style></head>
+<meta http-equiv="Content-Security-Policy" content="{csp([bundle, JS], styles)}">
+<title>{e(title)}</title><style>{css}</style>{pre}</head>
 <body data-charts="{len(specs)}">
 <header><h1>{e(title)}</h1>
 <p>{e(subtitle)} · generated {gen} by rivumi-analysis {__version__}{red}</p>
 </header><main>
 {body}
 </main>
-<script>{js_bundle(vl_version())}</script>
+<script>{bundle}</script>
 <script type="application/json" id="rivumi-specs">{script_json(specs)}</script>
 <script>{JS}</script>
 </body></html>
 """
+
+
+def _sha(text: str) -> str:
+    import base64
+
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def csp(scripts: Sequence[str], styles: Sequence[str]) -> str:
+    """The page's Content-Security-Policy: nothing from anywhere (``default-src 'none'``),
+    no ``<base>``, no form; only the page's own inline scripts and ``<style>`` elements, by
+    their sha256. Run text is escaped, so a ``<script>`` or an event handler written by a
+    run could never match a hash and never runs.
+
+    ``'unsafe-eval'``: Vega compiles its expressions with ``Function`` (the only code it
+    makes is from the chart specs, which carry no run text as code). ``style-src-attr
+    'unsafe-inline'``: Vega's SVG and the verdict badges set style attributes (a style
+    attribute runs no script; with ``default-src 'none'`` it loads nothing).
+
+    >>> csp(["a"], ["b"]).split("; ")[1]
+    "script-src 'sha256-ypeBEsobvcr6wjGzmiPcTaeG7/gUfE5yuYB3ha/uSLs=' 'unsafe-eval'"
+    """
+    s = " ".join(dict.fromkeys(_sha(x) for x in scripts))
+    st = " ".join(dict.fromkeys(_sha(x) for x in styles))
+    return (f"default-src 'none'; script-src {s} 'unsafe-eval'; style-src {st}; "
+            f"style-src-elem {st}; style-src-attr 'unsafe-inline'; img-src data: blob:; "
+            "base-uri 'none'; form-action 'none'")
+
+
+def page_css() -> str:
+    """The page's one stylesheet: :data:`CSS`, the verdict colours and the transcript's."""
+    from . import charts as C
+    from .transcript import CSS as TRANSCRIPT_CSS
+
+    colors = "".join(f".v-{k}{{background:{c}}}" for k, c in C.VERDICT_COLORS.items())
+    return (CSS + colors + ".v{background:#555}td.n{text-align:right;"
+            "font-variant-numeric:tabular-nums}" + TRANSCRIPT_CSS)
+
+
+def _js_string(src: str, start: int) -> str | None:
+    """The JS string literal starting at ``src[start]`` (a quote), decoded."""
+    quote = src[start]
+    out, i = [], start + 1
+    esc = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "`": "`",
+           "0": "\0"}
+    while i < len(src):
+        ch = src[i]
+        if ch == quote:
+            return "".join(out)
+        if ch == "\\":
+            nxt = src[i + 1:i + 2]
+            if nxt == "u":
+                out.append(chr(int(src[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            if nxt == "x":
+                out.append(chr(int(src[i + 2:i + 4], 16)))
+                i += 4
+                continue
+            if nxt not in esc:
+                return None
+            out.append(esc[nxt])
+            i += 2
+            continue
+        if quote == "`" and src.startswith("${", i):
+            return None
+        out.append(ch)
+        i += 1
+    return None
+
+
+@functools.lru_cache(maxsize=2)
+def vega_styles(bundle: str) -> tuple[str | None, str | None]:
+    """The default stylesheets vega-embed and vega-tooltip insert (their text, taken from
+    the bundle), so the page ships them itself: both libraries skip inserting a style whose
+    id already exists, and the page's CSP allows only the styles it hashed. None when not
+    found (a future bundle): the charts still draw, their menus unstyled."""
+    found: list[str | None] = []
+    for head in (".vega-embed {", "#vg-tooltip-element {"):
+        text = None
+        for q in ("'", '"', "`"):
+            i = bundle.find(q + head)
+            if i >= 0:
+                text = _js_string(bundle, i)
+                break
+        found.append(text if text and "</" not in text else None)
+    return found[0], found[1]

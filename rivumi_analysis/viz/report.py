@@ -138,8 +138,12 @@ def _no_progress(phase: str, done: int, total: int) -> None:
 
 
 REPORT_TABLES = ("runs", "events", "model_calls", "usage", "tool_calls", "approvals",
-                 "verifications", "quarantine", "states", "forks")
+                 "verifications", "quarantine", "states", "forks", "messages")
 """The tables the report reads."""
+
+DETAIL_ONLY = frozenset({"messages"})
+"""Tables only the run pages read (their transcript): a fleet report read through the store
+reads them for the runs that get a page (:attr:`ReportTables.detail`), not for the fleet."""
 
 FLEET_COLUMNS: dict[str, tuple[str, ...]] = {
     "events": ("run_dir", "run_id", "kind", "sequence", "event_type", "created_at"),
@@ -215,6 +219,9 @@ def _store_tables(paths: Sequence[str], *, max_depth: int, store_dir: str | None
         out = ReportTables()
         for i, t in enumerate(REPORT_TABLES):
             progress("reading tables", i, len(REPORT_TABLES))
+            if t in DETAIL_ONLY:
+                out[t] = None
+                continue
             lf = scan(t)
             if t in FLEET_COLUMNS:
                 lf = lf.select(FLEET_COLUMNS[t])
@@ -278,6 +285,7 @@ def load_tables(paths: Sequence[str], *, max_depth: int = 8,
     from ..tables.approvals import approvals_df
     from ..tables.events import events_df
     from ..tables.forks import forks_df
+    from ..tables.messages import messages_df
     from ..tables.model_calls import model_calls_df
     from ..tables.quarantine import quarantine_df
     from ..tables.runs import runs_df
@@ -291,7 +299,7 @@ def load_tables(paths: Sequence[str], *, max_depth: int = 8,
     loaders = (("events", events_df), ("model_calls", model_calls_df), ("usage", usage_df),
                ("tool_calls", tool_calls_df), ("approvals", approvals_df),
                ("verifications", verifications_df), ("quarantine", quarantine_df),
-               ("states", states_df), ("forks", forks_df))
+               ("states", states_df), ("forks", forks_df), ("messages", messages_df))
     progress("building tables", 0, len(loaders) + 1)
     tables = ReportTables(runs=runs_df(fleet))
     for i, (name, fn) in enumerate(loaders, 2):
@@ -366,10 +374,9 @@ def _audit_rows(runs: pl.DataFrame, sources: Sequence[str], redact: bool,
     more = (f'<p class="muted">First {AUDIT_TABLE_CAP} of {r.height} runs shown (cap; '
             "non-terminal verdicts first): <code>rivumi-analysis audit</code> lists them "
             "all.</p>" if r.height > AUDIT_TABLE_CAP else "")
-    colors = "".join(f".v-{k}{{background:{c}}}" for k, c in C.VERDICT_COLORS.items())
-    return (f"<style>{colors}.v{{background:#555}}td.n{{text-align:right;"
-            "font-variant-numeric:tabular-nums}</style>"
-            f'<p class="muted">Run directories relative to the PATH given.</p>'
+    # the verdict colours are in the page's stylesheet (_html.page_css): an inline <style>
+    # here would not be allowed by the page's Content-Security-Policy
+    return (f'<p class="muted">Run directories relative to the PATH given.</p>'
             f'<input class="filter" data-table="audit-table" placeholder="filter runs…">'
             f'<div class="tablewrap"><table id="audit-table"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>{more}')
@@ -444,6 +451,15 @@ def redact_tables(tables: Tables) -> Tables:
     tc = out.get("tool_calls")
     if tc is not None and "error" in tc.columns:
         out["tool_calls"] = tc.with_columns(pl.lit(None, pl.Utf8).alias("error"))
+    if tc is not None:
+        out["tool_calls"] = out["tool_calls"].with_columns(  # type: ignore[union-attr]
+            [pl.lit(None, pl.Utf8).alias(c) for c in ("arguments", "arguments_preview")
+             if c in tc.columns])
+    m = out.get("messages")
+    if m is not None:
+        out["messages"] = m.with_columns(
+            [pl.lit(None, pl.Utf8).alias(c) for c in ("content", "error", "tool_calls_json")
+             if c in m.columns])
     ap = out.get("approvals")
     if ap is not None and "policy_reason" in ap.columns:
         out["approvals"] = ap.with_columns(pl.lit(None, pl.Utf8).alias("policy_reason"))

@@ -37,6 +37,7 @@ from ._html import e as _e
 from ._html import page as _page
 from ._html import reason_text as _reason_text
 from ._html import relative_run_dir
+from .transcript import TRANSCRIPT_CAPS, transcript_entries, transcript_html
 
 __all__ = ["PAGE_CAPS", "RunPage", "compare_page", "divergence", "render_compare_html",
            "render_run_html", "run_page", "run_tables"]
@@ -68,7 +69,7 @@ _TABLE_STATE = ("step", "phase", "total_tokens", "charged_wall_seconds", "repeat
 _CHANGE_COLUMNS = ("step", "phase", "repeat_count", "side_effects_in_flight", "open_approvals",
                    "terminal", "terminal_reason", "resume_count", "fork_safe", "model_failures")
 _TABLE_NAMES = ("runs", "events", "model_calls", "usage", "tool_calls", "approvals",
-                "verifications", "quarantine", "states", "forks")
+                "verifications", "quarantine", "states", "forks", "messages")
 
 
 @dataclass
@@ -492,6 +493,14 @@ def run_page(tables: Mapping[str, pl.DataFrame | None], run_dir: str, *,
 <{h}>Timeline</{h}><p class="what">Model calls, tool calls (colour = effect), approval waits,
 verification and resume gaps, in seconds since the run started (long resume gaps collapsed).</p>
 {chart_div("timeline", "no timed model call, tool call, approval or verification")}
+<{h} id="{key}-sec-transcript">Transcript</{h}><p class="what">What the agent did, in the log's
+order: the conversation's system and user messages, each model step with its reply, finish
+reason and tokens, each tool call with its arguments, approval, outcome, error and result
+preview, final checks, resumes and continuations, and quarantined lines where they fall.
+Click a segment of the timeline to land on its entry{"; texts are left out (redacted)" if redact else ""}.</p>
+{transcript_html(transcript_entries(t, run_dir, redact=redact), key=key,
+                 cap=TRANSCRIPT_CAPS["entries_embedded"] if embedded else None,
+                 chart=f"chart-{sfx}timeline" if f"{sfx}timeline" in charts else None)}
 <{h}>Budgets, repeat guard and events</{h}><p class="what">After every event: the share of each
 budget used (red: 100 %), the repeat count against the trip threshold, and the event in its lane.</p>
 {chart_div("burn", "no replayed state (no accepted event)")}
