@@ -2,7 +2,7 @@
 
 The public surface is small: one ``*_df`` loader per table (all with the same signature,
 reading through the incremental Parquet store by default) and its lazy ``scan_*`` twin,
-the audit, and the pandera models in :mod:`rivumi_analysis.schemas`. Heavy modules are
+the audit, ``show_run`` (a run's transcript in a notebook), and the pandera models in :mod:`rivumi_analysis.schemas`. Heavy modules are
 imported lazily, so ``import rivumi_analysis`` stays cheap. The package layout (layers as
 subpackages) is described in ``docs/ARCHITECTURE.md``.
 """
@@ -38,6 +38,7 @@ _LAZY = {
     "search": "rivumi_analysis.text_search",
     "audit_run": "rivumi_analysis.audit",
     "load_fleet": "rivumi_analysis.read.snapshot",
+    "show_run": "rivumi_analysis.viz.transcript",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -165,19 +165,23 @@ def spec(chart: Any) -> dict[str, Any]:
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_SHOWN = re.compile("[" + _BIDI + "\u007f-\u009f]")
 
 
 def script_json(obj: Any) -> str:
     """``obj`` as JSON safe inside ``<script>``: ``<``, ``>`` and ``&`` as escapes (no
     ``</script>`` or ``<!--`` can close or change the element), the line separators and lone
-    surrogates too (the file stays valid UTF-8; JSON strings may hold such escapes).
+    surrogates too (the file stays valid UTF-8; JSON strings may hold such escapes). Bidi
+    and C1 control characters become the :func:`visible` marker: a chart draws them as text
+    instead of reordering its labels.
 
     >>> script_json({"a": "</script>\\ud800"})
     '{"a":"\\\\u003c/script\\\\u003e\\\\ud800"}'
     """
+    text = _SHOWN.sub(lambda m: f"⟦U+{ord(m.group()):04X}⟧",
+                      json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", (
-        json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-        .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+        text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
         .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")))
 
 

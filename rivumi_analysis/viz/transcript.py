@@ -269,18 +269,22 @@ def transcript_entries(tables: Mapping[str, pl.DataFrame | None], run_dir: str |
             continue
         if et == "tool.requested":
             r = tc_req.get(int(key_of(row, tc_key))) if key_of(row, tc_key) is not None else None
+            tcid = _s(d.get("tool_call_id"))
+            if r is not None and r.get("tool_call_id") != tcid:
+                r = None  # not this occurrence's row
             r = r or {}
-            name = r.get("name") or _s(d.get("name"))
-            e = new("tool", f"Tool call {name}", row)
-            e.fields += [("effect", r.get("effect") or _s(d.get("effect"))),
-                         ("tool call id", r.get("tool_call_id") or _s(d.get("tool_call_id"))),
-                         ("step", _num(r.get("step")))]
+            # the event's own name, effect and id; the row (this occurrence's) for the rest
+            e = new("tool", f"Tool call {_s(d.get('name')) or r.get('name')}", row)
+            e.fields += [("effect", _s(d.get("effect")) or r.get("effect")),
+                         ("tool call id", tcid), ("step", _num(r.get("step")))]
             if r.get("arguments_bytes") is not None:
                 e.fields.append(("arguments size", f"{_num(r.get('arguments_bytes'))} bytes"
                                  + (" (omitted by the runner)" if r.get("arguments_omitted")
                                     else "")))
-            add_text(e, "arguments", r.get("arguments"))
-            tcid = r.get("tool_call_id") or _s(d.get("tool_call_id"))
+            args = r.get("arguments")
+            if args is None and "arguments" in d:  # no row of this occurrence
+                args = json.dumps(d["arguments"], ensure_ascii=False, separators=(",", ":"))
+            add_text(e, "arguments", args)
             if tcid:
                 open_tool[tcid] = e
             continue
@@ -294,6 +298,8 @@ def transcript_entries(tables: Mapping[str, pl.DataFrame | None], run_dir: str |
                     fold(e, row)
                 continue
             r = tc_done.get(int(seq)) if seq is not None else None
+            if r is not None and tcid and r.get("tool_call_id") != tcid:
+                r = None
             r = r or {}
             if e is None:  # an unknown tool or a guard trip: no tool.requested
                 e = new("tool", f"Tool call {r.get('name') or _s(d.get('name'))}", row)
@@ -426,7 +432,8 @@ def transcript_entries(tables: Mapping[str, pl.DataFrame | None], run_dir: str |
                     e.fields.append(("files", ", ".join(str(f) for f in files[:20])))
             continue
         if et == "run.error":
-            e = new("marker", f"run.error: {_s(d.get('error_type'))}", row, status="error")
+            e = new("marker", "run.error" + (f": {_s(d.get('error_type'))}" if text_ok else ""),
+                    row, status="error")
             if text_ok:
                 e.fields.append(("error", _s(d.get("error"))))
             continue
@@ -495,6 +502,7 @@ def _conversation(msgs: pl.DataFrame | None, events: Sequence[Mapping[str, Any]]
         before = [ln for ln in requested if ln < reply_line]
         return float(before[-1] if before else reply_line)
 
+    last_line = float(max((r.get("line_no") or 0 for r in events), default=0))
     n_assistant = conv.filter(pl.col("role") == "assistant").height
     aligned = n_assistant == len(replies)
     first_step = float(requested[0]) if requested else (
@@ -517,8 +525,8 @@ def _conversation(msgs: pl.DataFrame | None, events: Sequence[Mapping[str, Any]]
         elif aligned and seen_assistant < len(replies):
             order = step_line(int(replies[seen_assistant].get("line_no") or 0)) - 0.4 \
                 + (row.get("position") or 0) * 1e-4
-        elif aligned:
-            order = 1e12 + (row.get("position") or 0)
+        elif aligned:  # after the last reply: after the last event
+            order = last_line + 0.5 + (row.get("position") or 0) * 1e-4
         else:
             order = 2e12 + (row.get("position") or 0)
             title += " (place in the log unknown: the manifest's conversation and the log " \
@@ -709,8 +717,9 @@ class RunView:
         return self.__str__()
 
     def frame(self) -> pl.DataFrame:
-        """The entries as a DataFrame (kind, title, line_no, sequences, seconds, status)."""
-        return pl.DataFrame([{"kind": e.kind, "title": e.title, "line_no": e.line_no,
+        """The entries as a DataFrame (kind, title, line_no, sequences, seconds, status;
+        titles with controls and lone surrogates :func:`visible`)."""
+        return pl.DataFrame([{"kind": e.kind, "title": visible(e.title), "line_no": e.line_no,
                               "sequences": e.sequences, "event_types": e.event_types,
                               "seconds": e.seconds, "status": e.status} for e in self.entries],
                             schema={"kind": pl.Utf8, "title": pl.Utf8, "line_no": pl.Int64,
