@@ -38,7 +38,7 @@ _LAZY = {
     "search": "rivumi_analysis.text_search",
     "audit_run": "rivumi_analysis.audit",
     "load_fleet": "rivumi_analysis.read.snapshot",
-    "show_run": "rivumi_analysis.viz.transcript",
+    "show_run": "rivumi_analysis.viz.notebook",
 }
 
 __all__ = ["__version__", *_LAZY]

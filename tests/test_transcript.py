@@ -15,9 +15,10 @@ import pytest
 
 import rivumi_analysis as ra
 from rivumi_analysis.synth.scenarios import Build, run_script
+from rivumi_analysis.viz.notebook import show_run
 from rivumi_analysis.viz.report import load_tables, redact_tables
 from rivumi_analysis.viz.run_page import render_run_html, run_page
-from rivumi_analysis.viz.transcript import render_text, show_run, transcript_entries
+from rivumi_analysis.viz.transcript import render_text, transcript_entries
 
 from .hostile_runs import HOSTILE, VISIBLE_PARTS, write_hostile_runs
 

@@ -221,6 +221,32 @@ input.filter{margin:0 0 8px;padding:5px 8px;width:320px;border:1px solid var(--l
 border-radius:6px}.muted{color:var(--muted)}footer{color:var(--muted);font-size:12px}
 """
 
+TRANSCRIPT_CSS = """
+.tx{margin:0;padding:0}.tx-list{border-left:2px solid var(--line,#e3e6eb);margin:8px 0 0 6px;
+padding:0 8px 0 12px;max-height:85vh;overflow:auto}.tx-e{position:relative;margin:0 0 8px;padding:6px 10px;border:1px solid
+#e3e6eb;border-radius:6px;background:#fff;content-visibility:auto;contain-intrinsic-size:auto 60px}
+.tx-e.tx-ok{border-left:4px solid #2e7d32}.tx-e.tx-error{border-left:4px solid #c62828}
+.tx-e.tx-warn{border-left:4px solid #ef6c00}.tx-e.tx-hit{outline:3px solid #2457c5;
+outline-offset:1px}.tx-h{display:flex;flex-wrap:wrap;gap:8px;align-items:baseline}
+.tx-k{font-size:11px;text-transform:uppercase;letter-spacing:.04em;color:#fff;background:#5b6473;
+border-radius:8px;padding:0 6px}.tx-k.k-model{background:#2457c5}.tx-k.k-tool{background:#00796b}
+.tx-k.k-user,.tx-k.k-system,.tx-k.k-context{background:#6a1b9a}.tx-k.k-quarantine{background:#c62828}
+.tx-k.k-check{background:#8d6e00}.tx-k.k-approval{background:#ef6c00}.tx-t{font-weight:600;
+overflow-wrap:anywhere;unicode-bidi:isolate}.tx-pos{margin-left:auto;color:#5b6473;font-size:12px;
+font-variant-numeric:tabular-nums;white-space:nowrap}.tx-bar{display:inline-block;width:60px;
+height:6px;background:#e3e6eb;border-radius:3px;position:relative;vertical-align:middle}
+.tx-bar i{position:absolute;top:-2px;width:3px;height:10px;background:#2457c5}
+.tx-f{display:flex;flex-wrap:wrap;gap:2px 14px;margin:4px 0 0;font-size:12.5px}
+.tx-f div{display:flex;gap:5px;min-width:0}.tx-f dt{color:#5b6473}.tx-f dd{margin:0;
+overflow-wrap:anywhere;unicode-bidi:isolate;min-width:0}.tx-x{margin:4px 0 0}.tx-x summary{cursor:pointer;color:#2457c5;font-size:12.5px}
+.tx-x pre,.tx-p{white-space:pre-wrap;overflow-wrap:anywhere;max-height:480px;overflow:auto;
+background:#f7f8fa;border:1px solid #e3e6eb;border-radius:4px;padding:6px 8px;margin:4px 0 0;
+font-size:12px;unicode-bidi:isolate}.tx-turn{font-weight:700;margin:10px 0 6px;
+background:#fff;display:inline-block;padding:0 8px;border:1px solid #1d2330;border-radius:10px}
+.tx-note{color:#5b6473;font-size:12.5px}.tx-lab{color:#5b6473;font-size:12px}
+"""
+"""The transcript's styles (the same on a run page and in a notebook)."""
+
 JS = r"""
 (function(){
   var specs = JSON.parse(document.getElementById('rivumi-specs').textContent);
@@ -384,7 +410,6 @@ def csp(scripts: Sequence[str], styles: Sequence[str]) -> str:
 def page_css() -> str:
     """The page's one stylesheet: :data:`CSS`, the verdict colours and the transcript's."""
     from . import charts as C
-    from .transcript import CSS as TRANSCRIPT_CSS
 
     colors = "".join(f".v-{k}{{background:{c}}}" for k, c in C.VERDICT_COLORS.items())
     return (CSS + colors + ".v{background:#555}td.n{text-align:right;"

@@ -37,8 +37,8 @@ import polars as pl
 
 from ._html import visible
 
-__all__ = ["Entry", "RunView", "TRANSCRIPT_CAPS", "render_text", "show_run", "text_html",
-           "transcript_entries", "transcript_html", "visible"]
+__all__ = ["Entry", "TRANSCRIPT_CAPS", "render_text", "text_html", "transcript_entries",
+           "transcript_html", "visible"]
 
 TRANSCRIPT_CAPS: Mapping[str, int] = {
     "fold_chars": 600,       # texts longer than this (or than fold_lines lines) are folded
@@ -545,31 +545,6 @@ _KIND_LABEL = {"turn": "turn", "system": "system", "user": "user", "context": "c
                "verification": "check", "marker": "run", "quarantine": "quarantine",
                "event": "event"}
 
-CSS = """
-.tx{margin:0;padding:0}.tx-list{border-left:2px solid var(--line,#e3e6eb);margin:8px 0 0 6px;
-padding:0 8px 0 12px;max-height:85vh;overflow:auto}.tx-e{position:relative;margin:0 0 8px;padding:6px 10px;border:1px solid
-#e3e6eb;border-radius:6px;background:#fff;content-visibility:auto;contain-intrinsic-size:auto 60px}
-.tx-e.tx-ok{border-left:4px solid #2e7d32}.tx-e.tx-error{border-left:4px solid #c62828}
-.tx-e.tx-warn{border-left:4px solid #ef6c00}.tx-e.tx-hit{outline:3px solid #2457c5;
-outline-offset:1px}.tx-h{display:flex;flex-wrap:wrap;gap:8px;align-items:baseline}
-.tx-k{font-size:11px;text-transform:uppercase;letter-spacing:.04em;color:#fff;background:#5b6473;
-border-radius:8px;padding:0 6px}.tx-k.k-model{background:#2457c5}.tx-k.k-tool{background:#00796b}
-.tx-k.k-user,.tx-k.k-system,.tx-k.k-context{background:#6a1b9a}.tx-k.k-quarantine{background:#c62828}
-.tx-k.k-check{background:#8d6e00}.tx-k.k-approval{background:#ef6c00}.tx-t{font-weight:600;
-overflow-wrap:anywhere;unicode-bidi:isolate}.tx-pos{margin-left:auto;color:#5b6473;font-size:12px;
-font-variant-numeric:tabular-nums;white-space:nowrap}.tx-bar{display:inline-block;width:60px;
-height:6px;background:#e3e6eb;border-radius:3px;position:relative;vertical-align:middle}
-.tx-bar i{position:absolute;top:-2px;width:3px;height:10px;background:#2457c5}
-.tx-f{display:flex;flex-wrap:wrap;gap:2px 14px;margin:4px 0 0;font-size:12.5px}
-.tx-f div{display:flex;gap:5px;min-width:0}.tx-f dt{color:#5b6473}.tx-f dd{margin:0;
-overflow-wrap:anywhere;unicode-bidi:isolate;min-width:0}.tx-x{margin:4px 0 0}.tx-x summary{cursor:pointer;color:#2457c5;font-size:12.5px}
-.tx-x pre,.tx-p{white-space:pre-wrap;overflow-wrap:anywhere;max-height:480px;overflow:auto;
-background:#f7f8fa;border:1px solid #e3e6eb;border-radius:4px;padding:6px 8px;margin:4px 0 0;
-font-size:12px;unicode-bidi:isolate}.tx-turn{font-weight:700;margin:10px 0 6px;
-background:#fff;display:inline-block;padding:0 8px;border:1px solid #1d2330;border-radius:10px}
-.tx-note{color:#5b6473;font-size:12.5px}.tx-lab{color:#5b6473;font-size:12px}
-"""
-"""The transcript's styles (the same on a run page and in a notebook)."""
 
 
 def _fold(label: str, text: str, *, fold_chars: int, fold_lines: int, max_chars: int) -> str:
@@ -685,73 +660,3 @@ def render_text(entries: Sequence[Entry], *, width: int = 100, max_text: int = 4
             more = f" … (+{len(one) - max_text:,} chars)" if len(one) > max_text else ""
             lines.append(f"    {lab} ({len(txt):,} chars): {one[:max_text]}{more}")
     return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- notebooks
-@dataclass
-class RunView:
-    """One run's transcript for a notebook: rich HTML in Jupyter (``_repr_html_``: no
-    script, every run text escaped), plain text elsewhere (``str``/``repr``).
-
-    Attributes:
-        run_dir: the run.
-        label: its readable label.
-        entries: the transcript (:func:`transcript_entries`).
-        redact: texts were left out.
-    """
-
-    run_dir: str
-    label: str
-    entries: list[Entry]
-    redact: bool = False
-
-    def _repr_html_(self) -> str:
-        return (f"<div class=\"rivumi-run\"><style>{CSS}</style><h3>Run "
-                f"{text_html(self.label)}</h3>"
-                + transcript_html(self.entries, key="nb") + "</div>")
-
-    def __str__(self) -> str:
-        return f"Run {visible(self.label)}\n" + render_text(self.entries)
-
-    def __repr__(self) -> str:
-        return self.__str__()
-
-    def frame(self) -> pl.DataFrame:
-        """The entries as a DataFrame (kind, title, line_no, sequences, seconds, status;
-        titles with controls and lone surrogates :func:`visible`)."""
-        return pl.DataFrame([{"kind": e.kind, "title": visible(e.title), "line_no": e.line_no,
-                              "sequences": e.sequences, "event_types": e.event_types,
-                              "seconds": e.seconds, "status": e.status} for e in self.entries],
-                            schema={"kind": pl.Utf8, "title": pl.Utf8, "line_no": pl.Int64,
-                                    "sequences": pl.List(pl.Int64),
-                                    "event_types": pl.List(pl.Utf8), "seconds": pl.Float64,
-                                    "status": pl.Utf8})
-
-
-def show_run(run_dir: str, *, redact: bool = False) -> RunView:
-    """The transcript of the run at ``run_dir`` for a notebook (:class:`RunView`): the same
-    view as the run page's transcript, built from the same tables.
-
-    Raises:
-        SourceError: ``run_dir`` does not exist, or holds no run.
-
-    >>> v = show_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e")
-    >>> print(str(v).splitlines()[2])
-    [seq 0 · line 1 · t+0.0s] RUN   Run created
-    >>> "<script" in v._repr_html_()
-    False
-    """
-    from ..errors import SourceError
-    from . import charts as C
-    from .report import _run_dir_of, load_tables, redact_tables
-
-    tables: Mapping[str, pl.DataFrame | None] = load_tables([run_dir], max_depth=0)
-    runs = tables["runs"]
-    if runs is None or runs.height == 0:
-        raise SourceError(f"no run found at {run_dir}", code="no_runs",
-                          hint="give a run directory (it holds events.jsonl or session.json)")
-    if redact:
-        tables = redact_tables(tables)  # type: ignore[arg-type]
-    rd = _run_dir_of(run_dir, runs)
-    label = C.run_labels(runs.filter(pl.col("run_dir") == rd))["run"][0]
-    return RunView(rd, label, transcript_entries(tables, rd, redact=redact), redact)
