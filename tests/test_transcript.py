@@ -61,6 +61,7 @@ def test_example_page_shows_every_model_reply_and_tool_call() -> None:
     tables = load_tables([str(EXAMPLE)])
     page, _ = render_run_html(tables, str(EXAMPLE.resolve()), sources=[str(EXAMPLE)])
     arts = _articles(page)
+    assert 'class="filter tx-filter" data-list="run-txl"' in page
     events = _log(EXAMPLE)
     replies = [e for e in events if e["event_type"] == "model.completed"]
     calls = [e for e in events if e["event_type"] == "tool.requested"]
@@ -141,6 +142,7 @@ def test_show_run_is_the_same_view_in_text_and_html(tmp_path: Path) -> None:
     assert "(+" in text  # the 60,000-character line is clipped, its length shown
     page = view._repr_html_()
     assert "<script" not in page and "<img" not in page and "<svg" not in page
+    assert "tx-filter" not in page  # no script in a notebook: no filter box that would not work
     assert html.escape(VISIBLE_PARTS[0], quote=True) in page
     assert re.search(r"text · 60,\d{3} chars", page)  # the long text is folded, its length shown
     frame = view.frame()

@@ -243,7 +243,9 @@ overflow-wrap:anywhere;unicode-bidi:isolate;min-width:0}.tx-x{margin:4px 0 0}.tx
 background:#f7f8fa;border:1px solid #e3e6eb;border-radius:4px;padding:6px 8px;margin:4px 0 0;
 font-size:12px;unicode-bidi:isolate}.tx-turn{font-weight:700;margin:10px 0 6px;
 background:#fff;display:inline-block;padding:0 8px;border:1px solid #1d2330;border-radius:10px}
-.tx-note{color:#5b6473;font-size:12.5px}.tx-lab{color:#5b6473;font-size:12px}
+.tx-note{color:#5b6473;font-size:12.5px}.tx-bar[data-chart]{cursor:pointer}
+.tx-mark{position:absolute;border:3px solid #2457c5;border-radius:3px;pointer-events:none;
+z-index:8;box-shadow:0 0 0 2px #fff}.tx-lab{color:#5b6473;font-size:12px}
 """
 """The transcript's styles (the same on a run page and in a notebook)."""
 
@@ -292,18 +294,56 @@ JS = r"""
     hit.scrollIntoView({block:'center'});
     return true;
   }
-  // an entry's place on the timeline: its bar scrolls back to the run's timeline chart
+  // an entry's place on the timeline: a click on its bar scrolls back to the run's timeline
+  // and outlines the entry's segments there (found in Vega's scenegraph by their sequence)
+  function walk(mark, ox, oy, fn){
+    if (!mark || !mark.items) return;
+    mark.items.forEach(function(it){
+      fn(it, ox, oy);
+      if (mark.marktype === 'group' && it.items) it.items.forEach(function(m){
+        walk(m, ox + (it.x || 0), oy + (it.y || 0), fn);
+      });
+    });
+  }
+  function outline(chart, seqs){
+    var view = chart.__rivumiView, svg = chart.querySelector('svg');
+    var old = document.getElementById('tx-mark');
+    if (old) old.remove();
+    if (!view || !svg) return false;
+    var box = null;
+    walk(view.scenegraph().root, 0, 0, function(it, ox, oy){
+      var d = it.datum, b = it.bounds;
+      if (!d || !b || d.seq == null || seqs.indexOf(Number(d.seq)) < 0 || b.empty()) return;
+      var r = {x1: ox + b.x1, x2: ox + b.x2, y1: oy + b.y1, y2: oy + b.y2};
+      box = box ? {x1: Math.min(box.x1, r.x1), x2: Math.max(box.x2, r.x2),
+                   y1: Math.min(box.y1, r.y1), y2: Math.max(box.y2, r.y2)} : r;
+    });
+    if (!box) return false;
+    var o = view.origin(), rect = svg.getBoundingClientRect(), m = document.createElement('div');
+    m.id = 'tx-mark'; m.className = 'tx-mark';
+    m.style.left = (rect.left + window.scrollX + o[0] + box.x1 - 3) + 'px';
+    m.style.top = (rect.top + window.scrollY + o[1] + box.y1 - 3) + 'px';
+    m.style.width = (box.x2 - box.x1 + 6) + 'px';
+    m.style.height = (box.y2 - box.y1 + 6) + 'px';
+    document.body.appendChild(m);
+    return true;
+  }
   document.addEventListener('click', function(ev){
     var bar = ev.target.closest && ev.target.closest('.tx-bar[data-chart]');
     if (!bar) return;
     var chart = document.getElementById(bar.getAttribute('data-chart'));
-    if (chart) chart.scrollIntoView({block:'center'});
+    if (!chart) return;
+    chart.scrollIntoView({block:'center'});
+    var entry = bar.closest('.tx-e'), seqs = (entry.getAttribute('data-seqs') || '')
+      .split(' ').filter(Boolean).map(Number);
+    chart.setAttribute('data-outlined', outline(chart, seqs) ? '1' : '0');
   });
   Object.keys(specs).forEach(function(key){
     var el = document.getElementById('chart-' + key);
     pending.push(vegaEmbed(el, specs[key], opts).then(function(res){
       views.push(res.view);
       var runSec = el.closest('section.runpage');
+      el.__rivumiView = res.view;
       res.view.addEventListener('click', function(ev, item){
         // on a run page, a segment or tick lands on its transcript entry
         var d = item && item.datum, seq = d && (d.seq != null ? d.seq : d.sequence);
@@ -319,12 +359,23 @@ JS = r"""
     }));
   });
   Promise.all(pending).then(function(){ document.body.setAttribute('data-charts-done','1'); });
-  document.querySelectorAll('input.filter').forEach(function(inp){
+  document.querySelectorAll('input.filter[data-table]').forEach(function(inp){
     var tbody = document.getElementById(inp.getAttribute('data-table')).tBodies[0];
     inp.addEventListener('input', function(){
       var q = inp.value.toLowerCase();
       Array.prototype.forEach.call(tbody.rows, function(tr){
         tr.style.display = tr.textContent.toLowerCase().indexOf(q) >= 0 ? '' : 'none';
+      });
+    });
+  });
+  // the transcript's filter: entries whose text (folded texts included) holds the query
+  document.querySelectorAll('input.tx-filter').forEach(function(inp){
+    var list = document.getElementById(inp.getAttribute('data-list'));
+    inp.addEventListener('input', function(){
+      var q = inp.value.toLowerCase();
+      Array.prototype.forEach.call(list.children, function(el){
+        if (!el.classList.contains('tx-e')) return;
+        el.style.display = !q || el.textContent.toLowerCase().indexOf(q) >= 0 ? '' : 'none';
       });
     });
   });

@@ -36,7 +36,7 @@ class RunView:
     def _repr_html_(self) -> str:
         return (f"<div class=\"rivumi-run\"><style>{TRANSCRIPT_CSS}</style><h3>Run "
                 f"{text_html(self.label)}</h3>"
-                + transcript_html(self.entries, key="nb") + "</div>")
+                + transcript_html(self.entries, key="nb", interactive=False) + "</div>")
 
     def __str__(self) -> str:
         return f"Run {visible(self.label)}\n" + render_text(self.entries)

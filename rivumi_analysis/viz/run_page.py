@@ -497,7 +497,8 @@ verification and resume gaps, in seconds since the run started (long resume gaps
 order: the conversation's system and user messages, each model step with its reply, finish
 reason and tokens, each tool call with its arguments, approval, outcome, error and result
 preview, final checks, resumes and continuations, and quarantined lines where they fall.
-Click a segment of the timeline to land on its entry{"; texts are left out (redacted)" if redact else ""}.</p>
+Click a segment of the timeline to land on its entry; click an entry's bar to see it outlined
+on the timeline{"; texts are left out (redacted)" if redact else ""}.</p>
 {transcript_html(transcript_entries(t, run_dir, redact=redact), key=key,
                  cap=TRANSCRIPT_CAPS["entries_embedded"] if embedded else None,
                  chart=f"chart-{sfx}timeline" if f"{sfx}timeline" in charts else None)}

@@ -597,10 +597,11 @@ def _entry_html(e: Entry, i: int, key: str, total_s: float | None, chart: str | 
 
 
 def transcript_html(entries: Sequence[Entry], *, key: str = "run", cap: int | None = None,
-                    chart: str | None = None) -> str:
+                    chart: str | None = None, interactive: bool = True) -> str:
     """The transcript as HTML (no script: folds are ``<details>``). ``cap`` keeps the first
     and last ``cap // 2`` entries and says how many were left out; ``chart`` is the element id
-    of the run's timeline (the position bars point there)."""
+    of the run's timeline (the position bars point there); ``interactive``: a filter box (the
+    page's script runs it; a notebook has none)."""
     secs = [e.seconds for e in entries if e.seconds is not None]
     total = max(secs) if secs else None
     shown: list[tuple[int, Entry]] = list(enumerate(entries))
@@ -623,7 +624,10 @@ def transcript_html(entries: Sequence[Entry], *, key: str = "run", cap: int | No
     return (f'<div class="tx" id="{key}-transcript"><p class="tx-note">{len(entries):,} '
             f"entries: {summary}. Long texts are folded (click to open); each entry shows its "
             "sequences, line and time, and its place on the run's timeline.</p>"
-            f'<div class="tx-list">{"".join(parts)}</div></div>')
+            + (f'<input class="filter tx-filter" data-list="{key}-txl" '
+               'placeholder="filter entries (any text: tool, error, reply…)">'
+               if interactive else "")
+            + f'<div class="tx-list" id="{key}-txl">{"".join(parts)}</div></div>')
 
 
 # --------------------------------------------------------------------------- text
