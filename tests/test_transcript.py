@@ -179,6 +179,7 @@ def test_repeated_tool_call_ids_stay_separate_entries(tmp_path: Path) -> None:
     assert dict(tools[1].texts)["arguments"] == '{"path":"b"}'
     assert dict(tools[1].fields)["error"] == "second error"
     assert not set(tools[0].sequences) & set(tools[1].sequences)
+    assert all("decision allow_once" in dict(t.fields)["approval"] for t in tools)
 
 
 def test_embedded_run_page_caps_its_transcript(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -198,3 +199,25 @@ def test_render_text_shows_controls(text: str) -> None:
 
     out = render_text([Entry("reply", "r", texts=[("reply", text)])])
     assert "\u202e" not in out and "\x00" not in out and "\r" not in out
+
+
+def test_every_event_and_quarantined_line_of_the_sample_runs_has_one_entry() -> None:
+    """Over every bundled sample run (native, resumed, continued, forks, subagents,
+    external, crashes, bad input): each accepted event is folded into exactly one entry, each
+    quarantined line has its own, and entries follow the log's order."""
+    tables = load_tables([str(ROOT / "sample_runs")])
+    events, quarantine = tables["events"], tables["quarantine"]
+    assert events is not None and quarantine is not None
+    checked = 0
+    for rd in tables["runs"]["run_dir"].to_list():  # type: ignore[index]
+        entries = transcript_entries(tables, rd)
+        ev = events.filter(events["run_dir"] == rd)
+        folded = sorted(s for e in entries for s in e.sequences)
+        assert folded == sorted(ev["sequence"].to_list()), rd
+        q = quarantine.filter(quarantine["run_dir"] == rd)
+        assert sorted(e.line_no for e in entries if e.kind == "quarantine") == sorted(
+            q["line_no"].to_list()), rd
+        lines = [e.line_no for e in entries if e.line_no is not None]
+        assert lines == sorted(lines), rd
+        checked += 1
+    assert checked >= 80

@@ -216,7 +216,9 @@ def transcript_entries(tables: Mapping[str, pl.DataFrame | None], run_dir: str |
         e.event_types.append(str(row.get("event_type")))
 
     out.append(Entry("turn", "Turn 1", order=-1.0))
-    for row in events:
+    prev_seconds: float | None = None
+    for i, row in enumerate(events):
+        prev_seconds = at(events[i - 1]) if i else None
         et = str(row.get("event_type") or "")
         seq = row.get("sequence")
         d = _data(row)
@@ -331,6 +333,8 @@ def transcript_entries(tables: Mapping[str, pl.DataFrame | None], run_dir: str |
             if et in ("approval.requested", "approval.reused"):
                 r = (ap_req.get(int(key_of(row, ap_key))) if et == "approval.requested"
                      else ap_closed.get(int(seq)) if seq is not None else None) or {}
+                if r.get("action_id") not in (None, aid):
+                    r = {}  # not this occurrence's row
                 target = open_tool.get(aid)
                 if target is None and aid.startswith("verification:"):
                     name = aid.split(":", 1)[1]
@@ -362,6 +366,15 @@ def transcript_entries(tables: Mapping[str, pl.DataFrame | None], run_dir: str |
                 target.fields.append(("action id", aid))
             else:
                 fold(target, row)
+            if et == "approval.resolved":  # the decision, when no row of this request had it
+                dec = _s(d.get("decision"))
+                for k, (label, value) in enumerate(target.fields):
+                    if label == "approval" and isinstance(value, str) and "decision pending" \
+                            in value and dec:
+                        target.fields[k] = (label, value.replace("decision pending",
+                                                                 f"decision {dec}"))
+                if dec in ("deny", "cancel"):
+                    target.status = "warn"
             if et == "approval.abandoned":
                 target.fields.append(("approval", "abandoned (process interrupted before the "
                                                   "decision)"))
@@ -409,10 +422,9 @@ def transcript_entries(tables: Mapping[str, pl.DataFrame | None], run_dir: str |
             e = new("marker", what, row)
             if et in ("session.resumed", "session.continued"):
                 e.fields.append(("resumed at step", _num(d.get("resumed_step"))))
-                prev = out[-2] if len(out) > 1 else None
-                if prev is not None and prev.seconds is not None and e.seconds is not None:
-                    e.fields.append(("gap since the previous entry",
-                                     _secs(e.seconds - prev.seconds)))
+                if prev_seconds is not None and e.seconds is not None:
+                    e.fields.append(("gap since the previous event",
+                                     _secs(e.seconds - prev_seconds)))
             if et == "run.forked":
                 e.fields += [("fork point", f"sequence {_num(d.get('fork_point_sequence'))} "
                                             f"({_s(d.get('fork_point_event_type'))})"),
