@@ -73,17 +73,31 @@ def main() -> int:
             write_report([run], out)
             build.append(time.perf_counter() - t0)
         size = os.path.getsize(out)
-        render, entries = [], 0
+        # the same page without its transcript section (baseline, same run, same browser)
+        bare = os.path.join(tmp, "bare.html")
+        import rivumi_analysis.viz.run_page as RP
+
+        real = RP.transcript_html
+        RP.transcript_html = lambda *_a, **_k: ""  # type: ignore[assignment]
+        try:
+            write_report([run], bare)
+        finally:
+            RP.transcript_html = real
+        bare_size = os.path.getsize(bare)
+        render: dict[str, list[float]] = {"run": [], "bare": []}
+        entries = 0
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             for _ in range(a.reps):
-                page = browser.new_page(viewport={"width": 1280, "height": 1000})
-                t0 = time.perf_counter()
-                page.goto(Path(out).as_uri(), wait_until="load", timeout=300_000)
-                page.wait_for_selector("body[data-charts-done='1']", timeout=300_000)
-                render.append(time.perf_counter() - t0)
-                entries = page.evaluate("document.querySelectorAll('.tx-e').length")
-                page.close()
+                for name, path in (("run", out), ("bare", bare)):
+                    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+                    t0 = time.perf_counter()
+                    page.goto(Path(path).as_uri(), wait_until="load", timeout=300_000)
+                    page.wait_for_selector("body[data-charts-done='1']", timeout=300_000)
+                    render[name].append(time.perf_counter() - t0)
+                    if name == "run":
+                        entries = page.evaluate("document.querySelectorAll('.tx-e').length")
+                    page.close()
             browser.close()
 
     def fig(xs: list[float]) -> str:
@@ -92,7 +106,9 @@ def main() -> int:
     print(f"run: {n_events:,} events; page: {size:,} bytes ({size / 1e6:.2f} MB), "
           f"{entries:,} transcript entries")
     print(f"build (write_report, in process): {fig(build)}")
-    print(f"render in Chromium (load to every chart drawn): {fig(render)}")
+    print(f"render in Chromium (load to every chart drawn): {fig(render['run'])}; the same "
+          f"page without its transcript ({bare_size:,} "
+          f"bytes): {fig(render['bare'])}")
     print(f"load average: {os.getloadavg()[0]:.2f}")
     return 0
 
