@@ -76,6 +76,19 @@ _LINKED = r"""() => {
 }"""
 
 
+def block_network(page, blocked: list[str]) -> None:  # noqa: ANN001 - a Playwright page
+    """Abort every request of ``page`` that is not ``file:``, noting its URL in ``blocked``."""
+
+    def _route(route) -> None:  # noqa: ANN001
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", _route)
+
+
 def _render(html: Path, name: str, *, click: bool = False) -> dict[int, dict]:
     """Open ``html`` at each width, network off; returns diagnostics per width (with
     ``click``: the linked selection after clicking a run label, at the first width)."""
@@ -95,14 +108,7 @@ def _render(html: Path, name: str, *, click: bool = False) -> dict[int, dict]:
                 ctx = browser.new_context(viewport={"width": width, "height": 1000})
                 page = ctx.new_page()
 
-                def _route(route, blocked=blocked):  # every non-file: request is aborted
-                    if route.request.url.startswith("file:"):
-                        route.continue_()
-                    else:
-                        blocked.append(route.request.url)
-                        route.abort()
-
-                page.route("**/*", _route)
+                block_network(page, blocked)
                 page.on("console", lambda m, e=console_errors: e.append(m.text)
                         if m.type == "error" else None)
                 page.on("pageerror", lambda exc, e=page_errors: e.append(str(exc)))

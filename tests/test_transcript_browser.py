@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from .hostile_runs import VISIBLE_PARTS, write_hostile_runs
-from .test_report_browser import ARGS, CHROMIUM, _need_chromium
+from .test_report_browser import ARGS, CHROMIUM, _need_chromium, block_network
 
 pytestmark = pytest.mark.browser
 
@@ -65,15 +65,7 @@ def _open_all(pages: dict[str, Path], *, click: str | None = None) -> dict[str, 
                 page.on("pageerror", lambda exc, e=errors: e.append(str(exc)))
                 page.on("dialog", lambda d, e=errors: (e.append("dialog " + d.message),
                                                        d.dismiss()))
-
-                def _route(route, requests=requests):
-                    if route.request.url.startswith("file:"):
-                        route.continue_()
-                    else:
-                        requests.append(route.request.url)
-                        route.abort()
-
-                page.route("**/*", _route)
+                block_network(page, requests)
                 page.add_init_script(_WATCH)
                 page.goto(path.as_uri(), wait_until="load", timeout=120_000)
                 done = True
