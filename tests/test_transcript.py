@@ -120,6 +120,11 @@ def test_hostile_text_is_escaped_and_redaction_drops_it(tmp_path: Path) -> None:
     red = redact_tables(tables)
     rpage, _ = render_run_html(red, str(run.resolve()), sources=[str(run)], redact=True)
     assert "pwned" not in rpage and "evil.example" not in rpage and "LLLLLLLL" not in rpage
+    from rivumi_analysis.viz.report import write_report
+
+    write_report([str(run.parent)], str(tmp_path / "fleet.html"), redact=True, store=False)
+    fleet = (tmp_path / "fleet.html").read_text(encoding="utf-8")
+    assert "pwned" not in fleet and 'class="tx-e' in fleet  # the fleet's run pages too
     rarts = _articles(rpage)
     for e in _log(run):
         if e["event_type"] == "tool.requested":
