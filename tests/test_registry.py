@@ -90,6 +90,17 @@ def test_one_public_loader_signature(name: str) -> None:
             getattr(ra, f"{name}_df")(str(EXAMPLE_DIR), engine="reference")
 
 
+def test_load_by_name() -> None:
+    """``store.loaders.load(name, ...)`` is what every ``<table>_df`` calls; relayflowd
+    tables load from ``rivumi_analysis.relay`` (above the store), unknown names not at all."""
+    from rivumi_analysis.store.loaders import load
+
+    assert load("usage", str(EXAMPLE_DIR)).equals(ra.usage_df(str(EXAMPLE_DIR)))
+    for name in ("relay_entries", "nope"):
+        with pytest.raises(KeyError):
+            load(name, str(EXAMPLE_DIR))
+
+
 def test_a_non_default_option_loads_in_memory(tmp_path: Path) -> None:
     """The store holds the default options: any other value loads in memory (no store is
     opened), and gives the table that option asks for."""

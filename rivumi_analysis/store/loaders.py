@@ -133,7 +133,8 @@ def load(table: str, source: Any = None, *, strict: bool = False,
             other value loads in memory.
 
     Raises:
-        KeyError: an unknown table; TypeError: an option the table does not take.
+        KeyError: an unknown table, or a relayflowd one (``rivumi_analysis.relay`` loads
+            those); TypeError: an option the table does not take.
 
     >>> load("runs", "tests/fixtures/example").height
     1
@@ -143,6 +144,8 @@ def load(table: str, source: Any = None, *, strict: bool = False,
     (7,)
     """
     spec = TABLES[table]
+    if spec.source != "rivumi":  # (their loaders live above the store: rivumi_analysis.relay)
+        raise KeyError(f"{table} is a {spec.source} table: rivumi_analysis.relay.{spec.loader}")
     unknown = sorted(set(options) - set(spec.options))
     if unknown:
         raise TypeError(f"{spec.loader}() got an unexpected keyword argument {unknown[0]!r}")
