@@ -13,26 +13,14 @@ import importlib
 from typing import Any
 
 from ._version import __version__
+from .tables import registry as _registry
 
 # The *_df loaders read through the Parquet store by default (cache=False: in memory); each
-# table has a lazy twin scan_<table> over the store.
+# table has a lazy twin scan_<table> over the store. The tables are the registry's.
 _STORE = "rivumi_analysis.store.loaders"
-_TABLES = ("runs", "events", "quarantine", "manifests", "tool_calls", "approvals",
-           "model_calls", "usage", "verifications", "states", "drift", "forks", "messages")
+_TABLES = _registry.names(stored=True)
 _LAZY = {
-    "runs_df": _STORE,
-    "events_df": _STORE,
-    "quarantine_df": _STORE,
-    "manifests_df": _STORE,
-    "tool_calls_df": _STORE,
-    "approvals_df": _STORE,
-    "model_calls_df": _STORE,
-    "usage_df": _STORE,
-    "verifications_df": _STORE,
-    "states_df": _STORE,
-    "drift_df": _STORE,
-    "forks_df": _STORE,
-    "messages_df": _STORE,
+    **{f"{t}_df": _STORE for t in _TABLES},
     **{f"scan_{t}": _STORE for t in _TABLES},
     "open_store": "rivumi_analysis.store.core",
     "search": "rivumi_analysis.text_search",

@@ -12,22 +12,15 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from importlib import resources
 from typing import Any
 
 from ._version import __version__
 from .errors import VERDICTS, SourceError
+from .tables.registry import TABLES, names
 
 EXIT_OK, EXIT_FAIL_ON, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
-# the tables of rivumi_analysis.dictionary.TABLES (kept here so the parser imports nothing
-# heavy; a test checks the two agree)
-TABLE_NAMES = ("runs", "events", "quarantine", "manifests", "tool_calls", "approvals",
-               "model_calls", "usage", "verifications", "states", "drift", "forks",
-               "messages",
-               "relay_entries", "relay_quarantine", "relay_attempts", "relay_channel_messages",
-               "relay_channel_deliveries", "relay_channel_acks", "relay_channel_cursor",
-               "relay_violations")
-
+# every table of the registry (stdlib only: the parser imports nothing heavy)
+TABLE_NAMES = tuple(TABLES)
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # usage errors exit 2 (argparse's default too)
@@ -162,6 +155,10 @@ def _build_parser() -> argparse.ArgumentParser:
                         "an s3:// or gs:// prefix")
     e.add_argument("--runs-per-task", type=int, default=256, metavar="N",
                    help="runs per Ray task (--engine ray; default 256)")
+    e.add_argument("--tables", default=None, metavar="T,...",
+                   help="write only these tables (default: all: "
+                        + ", ".join(names(exported=True)) + "; --engine process and a local "
+                        "--out)")
     e.set_defaults(handler=cmd_export)
 
     st = sub.add_parser("store", help="build or refresh the Parquet store of every table and "
@@ -521,12 +518,21 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import SCHEMA_VERSION, ExportError, check_out, export
+    from .export import SCHEMA_VERSION, ExportError, check_out, check_tables, export
 
     paths, err = _resolve_paths(args.paths)
     if not err and args.runs_per_task < 1:
         err = "--runs-per-task must be at least 1"
     to_uri = "://" in args.out
+    tables = None
+    if not err and args.tables is not None:
+        if args.engine != "process" or to_uri:
+            err = "--tables needs --engine process and a local --out"
+        else:
+            try:
+                tables = check_tables([t.strip() for t in args.tables.split(",") if t.strip()])
+            except ExportError as exc:
+                err = str(exc)
     if not err:
         try:
             if to_uri:  # an object-store prefix: the parts are uploaded by the tasks
@@ -554,7 +560,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         if progress is not None:
             manifest = export(paths, args.out, redact_output=args.redact,
-                              max_depth=args.max_depth, progress=progress)
+                              max_depth=args.max_depth, progress=progress, tables=tables)
         else:
             from .distributed import ChunkBar
             from .distributed import export as engine_export
@@ -721,6 +727,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(render_text(args.name))
         return EXIT_OK
+    from importlib import resources
+
     text = resources.files("rivumi_analysis").joinpath("data", f"{args.name}.schema.json")
     sys.stdout.write(text.read_text(encoding="utf-8"))
     if not text.read_text(encoding="utf-8").endswith("\n"):

@@ -1,6 +1,7 @@
 """The data dictionary: what every column of every table means, read from the pandera models.
 
-The descriptions, units and sources live on the models' fields (:mod:`rivumi_analysis.schemas`);
+The descriptions, units and sources live on the models' fields (:mod:`rivumi_analysis.schemas`),
+what a row is and its key in the table registry (:data:`rivumi_analysis.tables.registry.TABLES`);
 this module only collects and renders them. ``rivumi-analysis schema TABLE`` prints a table's
 dictionary; ``python -m rivumi_analysis.dictionary --write`` regenerates the README's table
 section and ``docs/data-dictionary.md`` (a test keeps both equal to the code).
@@ -16,83 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pandera.polars as pa
 import polars as pl
 
-from . import schemas
+from .tables.registry import TABLES
 
-__all__ = ["TABLES", "Table", "describe", "dictionary", "render_text", "render_markdown"]
-
-
-@dataclass(frozen=True)
-class Table:
-    """One table of the toolkit: its loader, model, what a row is, and its key."""
-
-    name: str
-    model: type[pa.DataFrameModel]
-    row: str
-    key: tuple[str, ...]
-
-    @property
-    def loader(self) -> str:
-        return f"{self.name}_df"
-
-
-TABLES: dict[str, Table] = {t.name: t for t in (
-    Table("runs", schemas.RunsSchema,
-          "run: the audit record plus manifest, request-limit and result fields",
-          ("run_dir",)),
-    Table("events", schemas.EventsSchema,
-          "accepted event (a line of events.jsonl that reads as an event; the others are in "
-          "quarantine_df): typed envelope, data as its exact JSON text", ("run_dir", "line_no")),
-    Table("quarantine", schemas.QuarantineSchema, "events.jsonl line that is not an event",
-          ("run_dir", "line_no")),
-    Table("manifests", schemas.ManifestsSchema,
-          "run with a session.json that parses as JSON", ("run_dir",)),
-    Table("tool_calls", schemas.ToolCallsSchema,
-          "tool call (requested → started → completed by tool_call_id)",
-          ("run_dir", "tool_call_id")),
-    Table("approvals", schemas.ApprovalsSchema,
-          "approval request (resolved / reused / abandoned / open)", ("run_dir", "request_id")),
-    Table("model_calls", schemas.ModelCallsSchema,
-          "model step (model.requested and what followed)", ("run_dir", "requested_line_no")),
-    Table("usage", schemas.UsageSchema, "model-usage record (one model call, any lane)",
-          ("run_dir", "index")),
-    Table("verifications", schemas.VerificationsSchema, "final-verification check",
-          ("run_dir", "name", "started_sequence", "completed_sequence")),
-    Table("states", schemas.StatesSchema, "accepted event: the replayed state after it",
-          ("run_dir", "line_no")),
-    Table("drift", schemas.DriftSchema,
-          "(run, manifest field): replayed final state vs session.json", ("run_dir", "field")),
-    Table("forks", schemas.ForksSchema, "fork link, or candidate fork point",
-          ("row_kind", "run_dir", "sequence")),
-    Table("messages", schemas.MessagesSchema,
-          "transcript message (session.json messages, and the log's model/tool exchanges)",
-          ("run_dir", "source", "position", "line_no")),
-    # relayflowd journals (issue 14): rivumi_analysis.relay.tables
-    Table("relay_entries", schemas.RelayEntriesSchema,
-          "accepted relayflowd journal entry, with applied and the rules it broke",
-          ("path", "seq", "position")),
-    Table("relay_quarantine", schemas.RelayQuarantineSchema,
-          "quarantined journal row/line/element, or unreadable journal",
-          ("path", "level", "position")),
-    Table("relay_attempts", schemas.RelayAttemptsSchema,
-          "applied step attempt start and its completion", ("path", "start_seq")),
-    Table("relay_channel_messages", schemas.RelayChannelMessagesSchema,
-          "applied channel.appended", ("path", "channel", "offset")),
-    Table("relay_channel_deliveries", schemas.RelayChannelDeliveriesSchema,
-          "applied channel.delivered", ("path", "seq")),
-    Table("relay_channel_acks", schemas.RelayChannelAcksSchema,
-          "applied channel.acknowledged", ("path", "seq")),
-    Table("relay_channel_cursor", schemas.RelayChannelCursorSchema,
-          "change of a (channel, consumer) cursor", ("path", "channel", "consumer", "seq")),
-    Table("relay_violations", schemas.RelayViolationsSchema, "failed relayflowd rule",
-          ("path", "seq", "rule")),
-)}
+__all__ = ["TABLES", "describe", "dictionary", "render_text", "render_markdown"]
 
 
 def _dtype(col: Any) -> str:
@@ -164,7 +96,7 @@ def _wrap(text: str, width: int, indent: str) -> list[str]:
 def render_text(table: str, width: int = 100) -> str:
     """A plain-text dictionary for a terminal (what ``rivumi-analysis schema TABLE`` prints)."""
     d = dictionary(table)
-    relay = table.startswith("relay_")
+    relay = TABLES[table].source == "relayflowd"
     head = [f"{d['loader']}: one row per {d['row']}",
             f"load: rivumi_analysis{'.relay' if relay else ''}.{d['loader']}(PATH)   "
             f"model: rivumi_analysis.schemas.{d['model']}",

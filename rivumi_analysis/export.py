@@ -6,9 +6,8 @@ Layout (Hive-style, partitioned by table and run kind, never by run id)::
     OUT/<table>/kind=<kind>/part-0.parquet     one file per (table, kind)
 
 This is the store's layout, written by the same writer (``store.build.write_parts``; the
-store has more parts per folder, ``part-<key>.parquet``). Tables: every run table (``runs``,
-``events``, ``quarantine``, ``manifests``, ``states``, ``tool_calls``, ``approvals``,
-``model_calls``, ``usage``, ``verifications``, ``drift``, ``forks``, ``messages``). ``kind``
+store has more parts per folder, ``part-<key>.parquet``). Tables: every table of the registry
+marked ``exported`` (:data:`TABLES`: the run tables, not the relayflowd ones). ``kind``
 is ``native|fork|subagent|external`` (``unknown`` for a
 run the toolkit failed on); a table with no rows gets one empty file under ``kind=none`` so
 its schema is still readable. Column types are limited to what all three engines read:
@@ -26,18 +25,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._version import __version__
 from .errors import SourceError
 from .read.discovery import DEFAULT_MAX_DEPTH, Source, normalize_sources
 from .store.build import SCHEMA_VERSION, portable, with_kind, write_parts
+from .tables.registry import names
 
-__all__ = ["SCHEMA_VERSION", "TABLES", "ExportError", "export", "portable", "redact"]
+__all__ = ["SCHEMA_VERSION", "TABLES", "ExportError", "check_tables", "export", "portable",
+           "redact"]
 
-TABLES = ("runs", "events", "quarantine", "manifests", "states", "tool_calls", "approvals",
-          "model_calls", "usage", "verifications", "drift", "forks", "messages")
+TABLES = names(exported=True)
+"""The exported tables (the registry's, in its order)."""
 MARKER = "_dataset.json"
 
 # String columns kept under --redact (codes, ids of runs, tool names, effects, decisions).
@@ -104,16 +105,37 @@ def _kinds_of(runs: list[Any]) -> dict[str, str]:
     return {r.run_dir: r.kind or "unknown" for r in runs}
 
 
+def check_tables(tables: Sequence[str] | None) -> tuple[str, ...]:
+    """The exported tables to write, in :data:`TABLES` order (None: all of them).
+
+    >>> check_tables(["usage", "runs"])
+    ('runs', 'usage')
+    >>> check_tables(["relay_entries"])
+    Traceback (most recent call last):
+    ...
+    rivumi_analysis.export.ExportError: --tables: unknown or not exported: relay_entries; choose from runs, events, quarantine, manifests, tool_calls, approvals, model_calls, usage, verifications, states, drift, forks, messages
+    """
+    if tables is None:
+        return TABLES
+    unknown = [t for t in tables if t not in TABLES]
+    if unknown or not tables:
+        raise ExportError(f"--tables: unknown or not exported: {', '.join(unknown) or '(none)'}; "
+                          f"choose from {', '.join(TABLES)}")
+    return tuple(t for t in TABLES if t in tables)
+
+
 def export(source: Source | None, out: str | os.PathLike[str], *, redact_output: bool = False,
            max_depth: int = DEFAULT_MAX_DEPTH,
-           progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+           progress: Callable[[str, int, int], None] | None = None,
+           tables: Sequence[str] | None = None) -> dict[str, Any]:
     """Write the Parquet dataset of every run below ``source`` to ``out``; return the manifest.
 
     ``out`` must not exist, be empty, or hold a previous export (which is replaced).
-    ``progress(phase, done, total)`` reports reading runs and writing tables.
+    ``progress(phase, done, total)`` reports reading runs and writing tables. ``tables``:
+    write only these (default: every exported table, :data:`TABLES`).
 
     Raises:
-        ExportError: ``out`` cannot be used (checked before anything is read).
+        ExportError: ``out`` or ``tables`` cannot be used (checked before anything is read).
         SourceError: a bad source, or (code ``no_runs``) no run below it; ``out`` is then
             left untouched.
     """
@@ -125,6 +147,7 @@ def export(source: Source | None, out: str | os.PathLike[str], *, redact_output:
 
     out = os.fspath(out)
     check_out(out)
+    wanted = check_tables(tables)
     tops, _root = normalize_sources(source)
     fleet = load_fleet(source, max_depth=max_depth,
                        progress=lambda d, t: step("reading runs", d, t))
@@ -134,14 +157,15 @@ def export(source: Source | None, out: str | os.PathLike[str], *, redact_output:
                                "result.json; check the PATH and --max-depth")
     _prepare_out(out)
     step("building tables", 0, 1)
-    tables = build_tables(fleet.runs)
+    built = build_tables(fleet.runs)
     step("building tables", 1, 1)
     kinds = _kinds_of(fleet.runs)
     manifest: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "toolkit_version": __version__,
                                 "redacted": redact_output, "partitioning": ["table", "kind"],
                                 "tables": {}}
-    for i, (table, df) in enumerate(tables.items()):
-        step("writing tables", i, len(tables))
+    for i, table in enumerate(wanted):
+        df = built[table]
+        step("writing tables", i, len(wanted))
         df = with_kind(portable(df), kinds)
         if redact_output:
             df = redact(table, df, tops)
@@ -155,7 +179,7 @@ def export(source: Source | None, out: str | os.PathLike[str], *, redact_output:
     with open(os.path.join(out, MARKER), "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=1)
         fh.write("\n")
-    step("writing tables", len(tables), len(tables))
+    step("writing tables", len(wanted), len(wanted))
     return manifest
 
 

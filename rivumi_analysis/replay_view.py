@@ -13,14 +13,16 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ReplayRefused
-from .read.snapshot import RunData, read_run
 from .replay.reducer import (
     Limits,
+    ReducerEvent,
     charge_waits_default,
+    events_from_bytes,
     events_from_run,
     infer_generation,
     initial_state,
@@ -32,12 +34,18 @@ from .replay.runner import (
     _write_stdout,
     canonical_json,
     fork_seed,
+    read_events_bytes,
     replay_state,
 )
-from .resume import decide
+
+if TYPE_CHECKING:
+    from .read.snapshot import RunData
+
+# (the reader of whole runs and the verdict rules are imported where a command needs them:
+# pydantic's models cost ~0.25 s of a ~0.1 s `replay --json` or `fork-seed`)
 
 __all__ = ["cmd_fork_seed", "cmd_replay", "explain_refusal", "fork_point_warning",
-           "not_a_run_dir", "render_view"]
+           "fork_warning_of_dir", "not_a_run_dir", "render_view"]
 
 # state_row columns that move with the clock on every event: shown once, in the footer
 _CLOCK = {"wall_elapsed_seconds", "charged_wall_seconds", "approval_wait_seconds",
@@ -122,6 +130,8 @@ def explain_refusal(run: RunData, message: str) -> str:
             continue
         where = _line_location(run, code, m, message)
         text = f"{code}: {where}: {message}; hint: {hint}"
+        from .resume import decide
+
         audit_msg = decide(run).messages.get(code)
         if audit_msg and audit_msg not in text:
             text += f"\n  audit: {audit_msg}"
@@ -132,7 +142,32 @@ def explain_refusal(run: RunData, message: str) -> str:
 def fork_point_warning(run: RunData, sequence: int) -> str | None:
     """Why a fork at ``sequence`` is not safe (a side effect in flight, an open approval),
     or None when it is safe (or the sequence is not in the log)."""
-    events = events_from_run(run)
+    return _fork_warning(run.run_dir, events_from_run(run), sequence)
+
+
+def fork_warning_of_dir(run_dir: str, sequence: int) -> str | None:
+    """:func:`fork_point_warning` of the run in ``run_dir``, without reading the whole run
+    when its log is clean (``read.columnar.decode``): then the exact reading accepts every
+    line as one event with the line's own values, which is what ``events_from_bytes`` parses
+    (equal warnings on every sample run: ``tests/test_replay_view.py``). Any other log (or one
+    that cannot be read here) is read with ``read_run``, as the audit reads it.
+
+    >>> fork_warning_of_dir("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e", 1)
+    """
+    from .read.columnar import decode
+
+    try:
+        data = read_events_bytes(run_dir)
+    except ReplayRefused:
+        data = b""
+    if decode(data) is not None:
+        return _fork_warning(run_dir, events_from_bytes(data), sequence)
+    from .read.snapshot import read_run
+
+    return fork_point_warning(read_run(run_dir), sequence)
+
+
+def _fork_warning(run_dir: str, events: Sequence[ReducerEvent], sequence: int) -> str | None:
     for t in iter_transitions(events):
         if t.rejected or t.state.sequence != sequence:
             continue
@@ -146,7 +181,7 @@ def fork_point_warning(run: RunData, sequence: int) -> str | None:
         if s.open_approvals:
             parts.append(f"{len(s.open_approvals)} open approval(s) (the pending decision "
                          "is not carried into a fork)")
-        return (f"warning: unsafe_fork_point: {run.run_dir}/events.jsonl sequence {sequence} "
+        return (f"warning: unsafe_fork_point: {run_dir}/events.jsonl sequence {sequence} "
                 f"({t.event.event_type}): {' and '.join(parts)}; hint: pick a sequence where "
                 "states_df.fork_safe is true (forks_df lists them; docs/run-format.md §9.5)")
     return None
@@ -181,6 +216,9 @@ def _ts(t: datetime | None) -> str:
 def render_view(run_dir: str, state: dict[str, Any]) -> str:
     """The readable replay of one run: verdict, runner state, then one line per event with
     timestamp, time since the previous event, the runner's detail and what changed."""
+    from .read.snapshot import read_run
+    from .resume import decide
+
     run = read_run(run_dir)
     v = decide(run)
     events = events_from_run(run)
@@ -256,6 +294,8 @@ def cmd_replay(args: Any) -> int:
     except ReplayRefused as exc:
         if as_json:
             return _error(exc.message)
+        from .read.snapshot import read_run
+
         return _error(explain_refusal(read_run(args.run_dir), exc.message))
     if as_json:
         _write_stdout(canonical_json(state) + "\n")
@@ -275,7 +315,7 @@ def cmd_fork_seed(args: Any) -> int:
     except ReplayRefused as exc:
         return _error(exc.message)
     _write_stdout(canonical_json(seed) + "\n")
-    warning = fork_point_warning(read_run(args.run_dir), args.sequence)
+    warning = fork_warning_of_dir(args.run_dir, args.sequence)
     if warning:
         sys.stderr.write(warning + "\n")
         sys.stderr.flush()

@@ -28,8 +28,9 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from rivumi_analysis.read.discovery import discover
-from rivumi_analysis.store.build import _decoded_view, read_runs, read_runs_for_tables
+from rivumi_analysis.store.build import read_runs, read_runs_for_tables
 from rivumi_analysis.tables._common import is_clean, polars_schema
+from rivumi_analysis.tables.replayed import decoded_view as _decoded_view
 from tests.conftest import SAMPLE_RUNS
 from tests.test_replay_helpers import manifest
 

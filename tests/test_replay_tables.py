@@ -294,7 +294,8 @@ def test_facts_that_only_an_explanation_shows(tmp_path):
 
 def _clean_views(source: str) -> tuple[list[Any], list[Any]]:
     from rivumi_analysis.read.discovery import discover
-    from rivumi_analysis.store.build import _decoded_view, read_for_tables
+    from rivumi_analysis.store.build import read_for_tables
+    from rivumi_analysis.tables.replayed import decoded_view as _decoded_view
 
     runs = [read_for_tables(loc) for loc in discover(source).runs]
     return runs, [_decoded_view(r) for r in runs]

@@ -102,3 +102,26 @@ def test_example_view(capsys) -> None:
                     r"run\.completed  \[verified\]  .*phase \w+→completed", last), last
     assert "terminal False→True" in last and "terminal_reason null→verified" in last
     assert "time: elapsed 44.917 s, charged 44.917 s (with approval waits)" in out
+
+
+def _run_dirs() -> list[Path]:
+    return sorted(p.parent for p in SAMPLE_RUNS.rglob("events.jsonl"))
+
+
+def test_fork_warning_of_a_folder_equals_the_whole_runs() -> None:
+    """``fork-seed``'s warning from the log alone (a clean log, without ``read_run``) equals
+    the warning of the run read whole (the oracle), at every sequence of every sample run
+    and one past the end; the clean path is really taken (most sample logs are clean)."""
+    from rivumi_analysis.read.columnar import decode
+    from rivumi_analysis.replay.reducer import events_from_run
+
+    clean = warned = 0
+    for run_dir in _run_dirs():
+        run = read_run(str(run_dir))
+        data = (run_dir / "events.jsonl").read_bytes()
+        clean += decode(data) is not None
+        for seq in [*{e.sequence for e in events_from_run(run)}, 10**6]:
+            want = replay.fork_point_warning(run, seq)
+            assert replay.fork_warning_of_dir(str(run_dir), seq) == want, (run_dir, seq)
+            warned += want is not None
+    assert clean >= 20 and warned >= 20, (clean, warned)

@@ -11,16 +11,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from ..tables.registry import names as _names
 from .audit import journal_record, relay_audit
 from .read import Journal, load_journals
 from .rules import fold_journal
 
-_LAZY = {
-    "relay_entries_df": "tables", "relay_quarantine_df": "tables", "relay_attempts_df": "tables",
-    "relay_channel_messages_df": "tables", "relay_channel_deliveries_df": "tables",
-    "relay_channel_acks_df": "tables", "relay_channel_cursor_df": "tables",
-    "relay_violations_df": "tables", "channel_summary": "vectorised",
-}
+# one loader per relayflowd table of the registry (relay/tables.py)
+_LAZY = {**{f"{t}_df": "tables" for t in _names(source="relayflowd")},
+         "channel_summary": "vectorised"}
 
 __all__ = ["Journal", "fold_journal", "journal_record", "load_journals", "relay_audit",
            *_LAZY]

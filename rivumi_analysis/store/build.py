@@ -26,11 +26,11 @@ from typing import Any
 from .._version import __version__
 from ..read.discovery import RunLocation
 from ..read.snapshot import RunData, gc_paused, read_run
+from ..tables.registry import TABLES as SPECS
+from ..tables.registry import build_order, names
 
-TABLES: tuple[str, ...] = (
-    "runs", "events", "quarantine", "manifests", "tool_calls", "approvals", "model_calls",
-    "usage", "verifications", "states", "drift", "forks", "messages")
-"""Every table the store (and ``export``) materialises, in a stable order."""
+TABLES: tuple[str, ...] = names(stored=True)
+"""Every table the store materialises, in a stable order (the registry's)."""
 
 SCHEMA_VERSION = 2
 """Version of the dataset layout and columns (in each file's metadata)."""
@@ -57,17 +57,10 @@ def empty_tables() -> dict[str, Any]:
 
     from .._plancheck import schema
 
-    models = {"runs": "RunsSchema", "events": "EventsSchema", "quarantine": "QuarantineSchema",
-              "manifests": "ManifestsSchema", "tool_calls": "ToolCallsSchema",
-              "approvals": "ApprovalsSchema", "model_calls": "ModelCallsSchema",
-              "usage": "UsageSchema", "verifications": "VerificationsSchema",
-              "states": "StatesSchema", "drift": "DriftSchema", "forks": "ForksSchema",
-              "messages": "MessagesSchema"}
     # the models' schemas from their committed plans (rivumi_analysis._plancheck): no pandera,
     # and no replay engine for the states columns (replay.vectorised.STATE_COLUMNS, the same;
     # tests/test_plancheck.py)
-    out = {t: pl.DataFrame(schema=schema(m)) for t, m in models.items()}
-    return {t: out[t] for t in TABLES}
+    return {t: pl.DataFrame(schema=schema(SPECS[t].schema)) for t in TABLES}
 
 
 @functools.cache
@@ -165,21 +158,12 @@ def read_runs_for_tables(locations: Iterable[RunLocation | str]) -> list[RunData
     return out
 
 
-def _decoded_view(run: RunData) -> RunData:
-    """``run`` as the columnar table builders take it (``fast``: the ``columnar.Decoded``)."""
-    from ..read.cleanlog import CleanLog
-
-    if not isinstance(run.fast, CleanLog):
-        return run
-    import dataclasses
-
-    return dataclasses.replace(run, fast=run.fast.decoded)
-
-
 def chunk_frames(runs: Sequence[RunData], *,
                  stages: dict[str, float] | None = None) -> dict[str, Any]:
     """Every table of runs read by :func:`read_for_tables`; equal to :func:`build_frames` of
-    the same runs read exactly (``tests/test_store_chunk.py``).
+    the same runs read exactly (``tests/test_store_chunk.py``). Each table comes from its
+    registry entry's chunk builder (``tables.registry``: ``TableSpec.build``, after the tables
+    it ``needs``).
 
     A clean log feeds ``events`` (``events_df``'s columns), ``states``, ``drift`` and
     ``forks`` (``tables.replayed.replay_tables``: one vectorised engine pass on its columns)
@@ -190,18 +174,6 @@ def chunk_frames(runs: Sequence[RunData], *,
     Every other run is read exactly, as the loaders do. ``stages``: CPU seconds are added
     per stage (for ``benchmarks/store_cpu_split.py``).
     """
-    from ..tables._common import quarantine_frame
-    from ..tables.approvals import approvals_table
-    from ..tables.events import events_frame
-    from ..tables.manifests import manifests_frame
-    from ..tables.messages import messages_table
-    from ..tables.model_calls import model_calls_table
-    from ..tables.replayed import replay_tables
-    from ..tables.runs import runs_frame
-    from ..tables.tool_calls import tool_calls_table
-    from ..tables.usage import usage_table
-    from ..tables.verifications import verifications_table
-
     runs = list(runs)
     if not runs:
         return empty_tables()
@@ -217,38 +189,15 @@ def chunk_frames(runs: Sequence[RunData], *,
 
     tables: dict[str, Any] = {}
     with gc_paused():
-        tables["events"] = events_frame(runs)
-        done("events")
-        views = [_decoded_view(r) for r in runs]
-        # the clean runs' columns from the events frame (not derived again)
-        tables.update(replay_tables(views, events=tables["events"]))
-        done("states+drift+forks")
-        tables["runs"] = _with_event_times(runs_frame(runs), tables["events"])
-        done("runs")
-        for name, build, arg in (
-                ("quarantine", quarantine_frame, runs), ("manifests", manifests_frame, runs),
-                # the derived tables: clean logs from their columns (no Event, no row dict;
-                # the CleanLog itself: its event types are columns already)
-                ("tool_calls", tool_calls_table, runs), ("approvals", approvals_table, runs),
-                ("model_calls", model_calls_table, runs), ("usage", usage_table, runs),
-                ("verifications", verifications_table, runs),
-                ("messages", messages_table, runs)):
-            tables[name] = build(arg)
-            done(name)
+        for spec in build_order():
+            if spec.name in tables:  # built by the pass of a table before it
+                continue
+            built = spec.builder()(runs, **{n: tables[n] for n in spec.needs})
+            if not isinstance(built, dict):
+                built = {spec.name: built}
+            tables.update(built)
+            done("+".join(built))
     return {t: tables[t] for t in TABLES}
-
-
-def _with_event_times(runs: Any, events: Any) -> Any:
-    """``runs`` with ``started_at``/``ended_at`` = the first and last ``created_at`` of each
-    run's rows in ``events`` (what ``runs_frame`` takes from the run's events, which a clean
-    reading does not build)."""
-    import polars as pl
-
-    times = events.group_by("run_dir").agg(pl.col("created_at").min().alias("_s"),
-                                           pl.col("created_at").max().alias("_e"))
-    return (runs.join(times, on="run_dir", how="left", maintain_order="left")
-            .with_columns(started_at=pl.col("_s"), ended_at=pl.col("_e"))
-            .drop("_s", "_e"))
 
 
 def build_tables(locations: Sequence[RunLocation | str]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ predicate pushdown; row order is not part of the contract).
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ import polars as pl
 
 from ..errors import QuarantineError, SourceError, StoreError
 from ..read.discovery import DEFAULT_MAX_DEPTH
+from ..tables.registry import TABLES, TableSpec
 from .core import open_and_read, open_store, store_enabled, warn_fallback
 from .read import read_parts, read_table
 
@@ -110,13 +112,15 @@ def scan_table(table: str, source: Any = None, *, max_depth: int = DEFAULT_MAX_D
     return read_parts(opened.store, opened.manifest, table, lazy=True)
 
 
-# --- one loader per table ----------------------------------------------------------------------
+# --- one loader per table (generated from the registry) ----------------------------------------
 
-def runs_df(source: Any = None, *, strict: bool = False, max_depth: int = DEFAULT_MAX_DEPTH,
-            cache: bool | None = None, store_dir: StoreDir = None) -> pl.DataFrame:
-    """One row per run: verdict, reasons, counts, limits and usage (see ``tables.runs``).
+def load(table: str, source: Any = None, *, strict: bool = False,
+         max_depth: int = DEFAULT_MAX_DEPTH, cache: bool | None = None,
+         store_dir: StoreDir = None, **options: Any) -> pl.DataFrame:
+    """One table of the registry (``tables.registry.TABLES``), read through the store.
 
     Args:
+        table: the table's name (``"events"``).
         source: a run directory, a folder of runs, or a list of either (None: the default
             run root); a fleet from ``load_fleet`` is loaded in memory.
         strict: raise ``QuarantineError`` if any line was quarantined.
@@ -124,96 +128,62 @@ def runs_df(source: Any = None, *, strict: bool = False, max_depth: int = DEFAUL
         cache: read through the store (default: yes unless ``$RIVUMI_ANALYSIS_STORE=0``);
             ``False`` loads in memory. Both give the same table.
         store_dir: the store folder (default: under the user cache dir, keyed by source).
+        **options: the table's own options (``TableSpec.options``, e.g. ``states``'
+            ``charge_approval_waits`` and ``engine``); the store holds their defaults, any
+            other value loads in memory.
 
-    >>> runs_df("tests/fixtures/example").height
+    Raises:
+        KeyError: an unknown table, or a relayflowd one (``rivumi_analysis.relay`` loads
+            those); TypeError: an option the table does not take.
+
+    >>> load("runs", "tests/fixtures/example").height
     1
-    """
-    from ..tables.runs import runs_df as cold
-
-    return load_table("runs", source, strict=strict, max_depth=max_depth, cache=cache,
-                      store_dir=store_dir,
-                      cold=lambda: cold(source, strict=strict, max_depth=max_depth))
-
-
-def events_df(source: Any = None, *, strict: bool = False, max_depth: int = DEFAULT_MAX_DEPTH,
-              cache: bool | None = None, store_dir: StoreDir = None) -> pl.DataFrame:
-    """One row per accepted event (see ``tables.events``); arguments as :func:`runs_df`.
-
-    >>> events_df("tests/fixtures/example")["sequence"].max()
+    >>> load("events", "tests/fixtures/example")["sequence"].max()
     49
-    """
-    from ..tables.events import events_df as cold
-
-    return load_table("events", source, strict=strict, max_depth=max_depth, cache=cache,
-                      store_dir=store_dir,
-                      cold=lambda: cold(source, strict=strict, max_depth=max_depth))
-
-
-def _simple(table: str, module: str, doc: str) -> Callable[..., pl.DataFrame]:
-    def loader(source: Any = None, *, strict: bool = False,
-               max_depth: int = DEFAULT_MAX_DEPTH, cache: bool | None = None,
-               store_dir: StoreDir = None) -> pl.DataFrame:
-        import importlib
-
-        cold = getattr(importlib.import_module(f"rivumi_analysis.tables.{module}"), f"{table}_df")
-        return load_table(table, source, strict=strict, max_depth=max_depth, cache=cache,
-                          store_dir=store_dir,
-                          cold=lambda: cold(source, strict=strict, max_depth=max_depth))
-
-    loader.__name__ = loader.__qualname__ = f"{table}_df"
-    loader.__doc__ = doc + "\n\nArguments as :func:`runs_df`."
-    return loader
-
-
-quarantine_df = _simple("quarantine", "quarantine", "One row per quarantined line.")
-manifests_df = _simple("manifests", "manifests", "One row per run with a session.json.")
-tool_calls_df = _simple("tool_calls", "tool_calls", "One row per tool call.")
-approvals_df = _simple("approvals", "approvals", "One row per approval request.")
-model_calls_df = _simple("model_calls", "model_calls", "One row per model call.")
-usage_df = _simple("usage", "usage", "One row per usage record.")
-verifications_df = _simple("verifications", "verifications", "One row per verification.")
-forks_df = _simple("forks", "forks", "Fork links and candidate fork points.")
-messages_df = _simple("messages", "messages",
-                      "One row per transcript message: the manifest's conversation and the "
-                      "log's exchanges (see ``tables.messages``).")
-
-
-def states_df(source: Any = None, *, strict: bool = False, max_depth: int = DEFAULT_MAX_DEPTH,
-              charge_approval_waits: bool | None = None, engine: str = "auto",
-              cache: bool | None = None, store_dir: StoreDir = None) -> pl.DataFrame:
-    """The state after every accepted event (see ``tables.states``); the store holds the
-    default options (``charge_approval_waits=None``, any engine: they give the same table).
-
-    >>> states_df("tests/fixtures/example").select("step").row(-1)
+    >>> load("states", "tests/fixtures/example").select("step").row(-1)
     (7,)
     """
-    from ..tables.states import states_df as cold
+    spec = TABLES[table]
+    if spec.source != "rivumi":  # (their loaders live above the store: rivumi_analysis.relay)
+        raise KeyError(f"{table} is a {spec.source} table: rivumi_analysis.relay.{spec.loader}")
+    unknown = sorted(set(options) - set(spec.options))
+    if unknown:
+        raise TypeError(f"{spec.loader}() got an unexpected keyword argument {unknown[0]!r}")
 
-    def load() -> pl.DataFrame:
-        return cold(source, strict=strict, max_depth=max_depth,
-                    charge_approval_waits=charge_approval_waits, engine=engine)
+    def cold() -> pl.DataFrame:
+        return spec.cold_loader()(source, strict=strict, max_depth=max_depth, **options)
 
-    if charge_approval_waits is not None or engine == "vectorized":
-        return load()
-    return load_table("states", source, strict=strict, max_depth=max_depth, cache=cache,
-                      store_dir=store_dir, cold=load)
+    if not spec.stored or any(v != spec.options[k] for k, v in options.items()):
+        return cold()
+    return load_table(table, source, strict=strict, max_depth=max_depth, cache=cache,
+                      store_dir=store_dir, cold=cold)
 
 
-def drift_df(source: Any = None, *, strict: bool = False, max_depth: int = DEFAULT_MAX_DEPTH,
-             charge_approval_waits: bool | None = None, cache: bool | None = None,
-             store_dir: StoreDir = None) -> pl.DataFrame:
-    """Replayed final state vs ``session.json`` (see ``tables.drift``); the store holds the
-    default ``charge_approval_waits=None``."""
-    from ..tables.drift import drift_df as cold
+_PARAMS = [inspect.Parameter("source", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                             annotation="Any"),
+           *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                               annotation=note)
+             for name, default, note in (("strict", False, "bool"),
+                                         ("max_depth", DEFAULT_MAX_DEPTH, "int"),
+                                         ("cache", None, "bool | None"),
+                                         ("store_dir", None, "StoreDir")))]
 
-    def load() -> pl.DataFrame:
-        return cold(source, strict=strict, max_depth=max_depth,
-                    charge_approval_waits=charge_approval_waits)
 
-    if charge_approval_waits is not None:
-        return load()
-    return load_table("drift", source, strict=strict, max_depth=max_depth, cache=cache,
-                      store_dir=store_dir, cold=load)
+def _loader(spec: TableSpec) -> Callable[..., pl.DataFrame]:
+    """``<table>_df``: :func:`load` of one table, with its own signature and docstring."""
+    def loader(source: Any = None, **kwargs: Any) -> pl.DataFrame:
+        return load(spec.name, source, **kwargs)
+
+    options = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v)
+               for k, v in spec.options.items()]
+    loader.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [*_PARAMS[:3], *options, *_PARAMS[3:]], return_annotation="pl.DataFrame")
+    loader.__name__ = loader.__qualname__ = spec.loader
+    loader.__doc__ = (f"One row per {spec.row}; key ({', '.join(spec.key)}), model "
+                      f"``schemas.{spec.schema}`` (see ``{spec.cold.partition(':')[0]}``).\n\n"
+                      "Arguments as :func:`load`"
+                      + (f" (options: {', '.join(spec.options)})." if spec.options else "."))
+    return loader
 
 
 def _scan(table: str) -> Callable[..., pl.LazyFrame]:
@@ -229,16 +199,8 @@ def _scan(table: str) -> Callable[..., pl.LazyFrame]:
     return scan
 
 
-scan_runs = _scan("runs")
-scan_events = _scan("events")
-scan_quarantine = _scan("quarantine")
-scan_manifests = _scan("manifests")
-scan_tool_calls = _scan("tool_calls")
-scan_approvals = _scan("approvals")
-scan_model_calls = _scan("model_calls")
-scan_usage = _scan("usage")
-scan_verifications = _scan("verifications")
-scan_states = _scan("states")
-scan_drift = _scan("drift")
-scan_forks = _scan("forks")
-scan_messages = _scan("messages")
+for _spec in TABLES.values():
+    if _spec.stored:
+        globals()[_spec.loader] = _loader(_spec)
+        globals()[f"scan_{_spec.name}"] = _scan(_spec.name)
+del _spec

@@ -9,6 +9,7 @@ equals its loader's (``states_df``, ``drift_df``, ``forks_df`` with ``engine="re
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import polars as pl
@@ -18,7 +19,7 @@ from .drift import chunk_rows, drift_manifest, drift_of_rows
 from .forks import forks_of_states
 from .states import _validate, replay_chunk
 
-__all__ = ["REPLAY_TABLES", "replay_tables"]
+__all__ = ["REPLAY_TABLES", "decoded_view", "replay_chunk_tables", "replay_tables"]
 
 REPLAY_TABLES = ("states", "drift", "forks")
 
@@ -69,3 +70,21 @@ def replay_tables(runs: Sequence[RunData], *, charge_approval_waits: bool | None
         out["forks"] = forks_of_states([(chunk.states, chunk.forked, chunk.run_dirs)],
                                        validate=validate)
     return {t: out[t] for t in tables}
+
+
+def decoded_view(run: RunData) -> RunData:
+    """``run`` as the columnar table builders take it (``fast``: the ``columnar.Decoded`` of
+    a ``cleanlog.CleanLog``)."""
+    from ..read.cleanlog import CleanLog
+
+    if not isinstance(run.fast, CleanLog):
+        return run
+    return dataclasses.replace(run, fast=run.fast.decoded)
+
+
+def replay_chunk_tables(runs: Sequence[RunData], *,
+                        events: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """The store's chunk builder of ``states``, ``drift`` and ``forks`` (registry): runs read
+    once for every table (``store.build.read_for_tables``), the clean runs' columns taken
+    from the chunk's ``events`` frame (not derived again)."""
+    return replay_tables([decoded_view(r) for r in runs], events=events)

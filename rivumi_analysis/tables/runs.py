@@ -29,6 +29,18 @@ def runs_frame(runs: Iterable[RunData]) -> pl.DataFrame:
     return runs_table(row_columns(runs_rows(runs), polars_schema("RunsSchema")))
 
 
+def runs_chunk_frame(runs: Iterable[RunData], *, events: pl.DataFrame) -> pl.DataFrame:
+    """The store's chunk builder of ``runs`` (registry): :func:`runs_frame` with
+    ``started_at``/``ended_at`` = the first and last ``created_at`` of each run's rows in the
+    chunk's ``events`` (what ``runs_frame`` takes from the run's events, which a clean
+    reading does not build)."""
+    times = events.group_by("run_dir").agg(pl.col("created_at").min().alias("_s"),
+                                           pl.col("created_at").max().alias("_e"))
+    return (runs_frame(runs).join(times, on="run_dir", how="left", maintain_order="left")
+            .with_columns(started_at=pl.col("_s"), ended_at=pl.col("_e"))
+            .drop("_s", "_e"))
+
+
 def runs_table(columns: Columns) -> pl.DataFrame:
     """The validated frame of the columns of :func:`runs_rows`, sorted by ``run_dir``
     (stable: runs of one ``run_dir`` keep their order)."""

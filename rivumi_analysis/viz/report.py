@@ -30,6 +30,7 @@ from typing import Any
 import polars as pl
 
 from ..errors import SourceError
+from ..tables.registry import TABLES, names
 from . import charts as C
 from ._html import CSS as _CSS  # noqa: F401 - kept importable from here
 from ._html import JS as _JS  # noqa: F401
@@ -137,9 +138,8 @@ def _no_progress(phase: str, done: int, total: int) -> None:
     return None
 
 
-REPORT_TABLES = ("runs", "events", "model_calls", "usage", "tool_calls", "approvals",
-                 "verifications", "quarantine", "states", "forks", "messages")
-"""The tables the report reads."""
+REPORT_TABLES = names(report=True)
+"""The tables the report reads (the registry's marked ``report``)."""
 
 DETAIL_ONLY = frozenset({"messages"})
 """Tables only the run pages read (their transcript): a fleet report read through the store
@@ -282,26 +282,12 @@ def load_tables(paths: Sequence[str], *, max_depth: int = 8,
         if via is not None:
             return via
     from ..read.snapshot import load_fleet
-    from ..tables.approvals import approvals_df
-    from ..tables.events import events_df
-    from ..tables.forks import forks_df
-    from ..tables.messages import messages_df
-    from ..tables.model_calls import model_calls_df
-    from ..tables.quarantine import quarantine_df
-    from ..tables.runs import runs_df
-    from ..tables.states import states_df
-    from ..tables.tool_calls import tool_calls_df
-    from ..tables.usage import usage_df
-    from ..tables.verifications import verifications_df
 
     fleet = load_fleet(list(paths), max_depth=max_depth,
                        progress=lambda done, total: progress("reading runs", done, total))
-    loaders = (("events", events_df), ("model_calls", model_calls_df), ("usage", usage_df),
-               ("tool_calls", tool_calls_df), ("approvals", approvals_df),
-               ("verifications", verifications_df), ("quarantine", quarantine_df),
-               ("states", states_df), ("forks", forks_df), ("messages", messages_df))
+    loaders = [(t, TABLES[t].cold_loader()) for t in REPORT_TABLES if t != "runs"]
     progress("building tables", 0, len(loaders) + 1)
-    tables = ReportTables(runs=runs_df(fleet))
+    tables = ReportTables(runs=TABLES["runs"].cold_loader()(fleet))
     for i, (name, fn) in enumerate(loaders, 2):
         tables[name] = _try(fn, fleet)
         progress("building tables", i, len(loaders) + 1)

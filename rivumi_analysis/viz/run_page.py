@@ -32,6 +32,7 @@ from typing import Any
 import altair as alt
 import polars as pl
 
+from ..tables.registry import names
 from . import charts as C
 from ._html import e as _e
 from ._html import page as _page
@@ -68,8 +69,6 @@ _TABLE_STATE = ("step", "phase", "total_tokens", "charged_wall_seconds", "repeat
 # their kind are left out: the event type says it)
 _CHANGE_COLUMNS = ("step", "phase", "repeat_count", "side_effects_in_flight", "open_approvals",
                    "terminal", "terminal_reason", "resume_count", "fork_safe", "model_failures")
-_TABLE_NAMES = ("runs", "events", "model_calls", "usage", "tool_calls", "approvals",
-                "verifications", "quarantine", "states", "forks", "messages")
 
 
 @dataclass
@@ -95,7 +94,7 @@ def run_tables(tables: Mapping[str, pl.DataFrame | None],
     """
     want = list(dict.fromkeys(run_dirs))
     out: dict[str, Tables] = {rd: {} for rd in want}
-    for name in _TABLE_NAMES:
+    for name in names(report=True):
         df = tables.get(name)
         if df is None or "run_dir" not in df.columns:
             for rd in want:
