@@ -32,6 +32,12 @@ VERDICTS: tuple[str, ...] = (
 )
 """Every verdict name, in the order the decision procedure tries them (``error`` last)."""
 
+OUTCOMES: tuple[str, ...] = (
+    "completed", "failed", "cancelled", "interrupted", "crashed", "live", "fork_not_run",
+    "unreadable")
+"""Every value of ``runs_df.outcome``, in report order (defined in
+``rivumi_analysis.tables.facts``)."""
+
 VERDICT_REASONS: Mapping[str, str] = {
     "external_run": "an external (Codex/Claude Code) run: it has no session manifest and is never resumable (§11.8)",
     "manifest_missing": "there is no session.json entry at all, so resume has nothing to load",
@@ -95,6 +101,7 @@ WARNINGS: Mapping[str, str] = {
     "result_invalid": "result.json is present but is not a JSON object",
     "file_too_large_for_runner": "a run file exceeds the runner's 16 MiB limit (still analysed)",
     "subagents_unreadable": "the run's subagents/ folder could not be listed",
+    "fact_disagrees": "a run fact read from events.jsonl (outcome, terminal reason, steps, tokens, provider, model) disagrees with session.json, result.json or checkpoint.json: runs_df keeps the log's value, drift_df has a <fact>@<file> row",
 }
 
 EVENT_WARNINGS: Mapping[str, str] = {

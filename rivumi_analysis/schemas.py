@@ -22,6 +22,7 @@ import polars as pl
 from pandera.typing.polars import Series  # noqa: F401  (re-exported for users' own models)
 
 from .errors import (
+    OUTCOMES,
     QUARANTINE_REASONS,
     RELAY_ENTRY_TYPES,
     RELAY_QUARANTINE_REASONS,
@@ -137,10 +138,12 @@ class RunsSchema(_Base):
         "completed, failed, cancelled, ...). states_df.phase is the replayed one.",
         "session.json phase", nullable=True)
     terminal_reason: pl.Utf8 = _col(
-        "Why the run ended: terminal_reason of the last terminal run.* event, else of "
-        "result.json. Null while the run has not ended (§5.9).",
-        "events.jsonl run.completed|failed|cancelled data.terminal_reason, else "
-        "result.json terminal_reason", nullable=True)
+        "Why the run ended (run fact): terminal_reason of the last turn's terminal run.* "
+        "event (an external run: result.json). Null while the run has not ended (§5.9); "
+        "result_terminal_reason is result.json's, and a difference is a fact_disagrees "
+        "warning. Where it came from: terminal_reason_source.",
+        "events.jsonl run.completed|failed|cancelled data.terminal_reason (external: "
+        "result.json terminal_reason)", nullable=True)
     replay_accepts: pl.Boolean = _col(
         "Whether the runner's replay (replay --json, fork seeds) accepts events.jsonl; may "
         "differ from resume's reading (§8.7). Null when there is no log to replay.",
@@ -158,8 +161,11 @@ class RunsSchema(_Base):
         "The manifest says the session ended (phase completed/failed/cancelled).",
         "session.json terminal", nullable=True)
     step: pl.Int64 = _col(
-        "Model steps so far, cumulative over the run directory (continuations included).",
-        "session.json step", COUNT, nullable=True)
+        "Model steps so far, cumulative over the run directory (continuations included) "
+        "(run fact): the highest model.requested data.step, 0 when the log has none; "
+        "session.json step (or checkpoint.json) only for a run without a readable log. "
+        "Where it came from: step_source.",
+        "events.jsonl model.requested data.step (max)", COUNT, nullable=True)
     repeat_count: pl.Int64 = _col(
         "Consecutive identical tool calls at the last save (the guard trips at 3; resume "
         "resets it to 0) (§10.1).", "session.json repeat_count", COUNT, nullable=True)
@@ -167,16 +173,21 @@ class RunsSchema(_Base):
         "SHA-256 of the last tool call's name and arguments (§10.1).",
         "session.json last_action_fingerprint", nullable=True)
     provider_name: pl.Utf8 = _col(
-        "Provider in use at the last manifest save (after any fallback; forks: 'fork'). "
-        "Per-call providers are in usage_df.provider.", "session.json provider_name",
+        "Provider of the run (run fact): data.provider of the last run.created, "
+        "session.resumed or session.continued; session.json provider_name when the log has "
+        "none (forks: 'fork'). Per-call providers (fallbacks) are in usage_df.provider. "
+        "Where it came from: provider_source.",
+        "events.jsonl run.created|session.resumed|session.continued data.provider",
         nullable=True)
     model_id: pl.Utf8 = _col(
-        "Model in use at the last manifest save (after any fallback; forks: "
-        "'side-effect-free'). Per-call models are in usage_df.model.",
-        "session.json model_id", nullable=True)
+        "Model of the run (run fact): data.model of that same event; session.json model_id "
+        "when the log has none (forks: 'side-effect-free'). Per-call models are in "
+        "usage_df.model.", "events.jsonl run.created|session.resumed|session.continued "
+        "data.model", nullable=True)
     input_tokens: pl.Int64 = _tok(
         "Cumulative input tokens of every model call of the run (all lanes: primary, "
-        "wind-down, reviewer), cached input included. Subagents are not included.",
+        "wind-down, reviewer), cached input included, as session.json holds them (null "
+        "without it; the run fact is total_tokens). Subagents are not included.",
         "session.json usage.input_tokens", nullable=True)
     output_tokens: pl.Int64 = _tok(
         "Cumulative output tokens of every model call (all lanes), reasoning included.",
@@ -189,14 +200,17 @@ class RunsSchema(_Base):
         "session.json usage.reasoning_tokens", nullable=True)
     provider_total_tokens: pl.Int64 = _tok(
         "The runner's running sum of each call's total_tokens (never null after the first "
-        "call, §11.1); equal to total_tokens whenever set.",
+        "call, §11.1); equal to total_tokens whenever both are set and usage reconciles.",
         "session.json usage.provider_total_tokens", nullable=True)
     total_tokens: pl.Int64 = _tok(
-        "Total tokens of the run, all lanes: provider_total_tokens, else input + output "
-        "(the runner's computed field, §6.3). Equals the run's sum of usage_df.total_tokens "
-        "when usage reconciles; larger than the run's sum of model_calls_df.total_tokens when "
-        "there were wind-down, reviewer or budget-crossing calls (§11.1).",
-        "derived from session.json usage (§6.3)", nullable=True)
+        "Total tokens of the run, all lanes (run fact, §9.1): primary_tokens + "
+        "reviewer_tokens + wind_down_tokens. From the log (model.completed and "
+        "role_lane.completed usage) when it holds every call; when the run had a wind-down "
+        "summary or a call that crossed the token budget (neither has a usage event), from "
+        "the model_usage records, else usage.total_tokens of result.json, checkpoint.json "
+        "or session.json; null when none has it. Where it came from: tokens_source. "
+        "Subagents are not included (sum their rows).",
+        "events.jsonl model.completed + role_lane.completed data.usage (§9.1)", nullable=True)
     active_wall_time_seconds: pl.Float64 = _col(
         "Wall time the runner charged against the budget (§10.3): M4-era runners count the "
         "whole span (approval waits, resume downtime); current runners pause during approval "
@@ -204,8 +218,8 @@ class RunsSchema(_Base):
         "states_df.charged_wall_seconds (the toolkit's replay of the same clock).",
         "session.json active_wall_time_seconds", SECONDS, nullable=True)
     started_at: UTC_US = _col(
-        "Earliest created_at among the run's events (started_at to ended_at is the elapsed "
-        "span, waits and downtime included).", "events.jsonl created_at (min)", TS,
+        "Earliest created_at among the run's events (run fact; started_at to ended_at is "
+        "the elapsed span, waits and downtime included).", "events.jsonl created_at (min)", TS,
         nullable=True)
     ended_at: UTC_US = _col(
         "Latest created_at among the run's events (the last activity logged, not "
@@ -233,11 +247,65 @@ class RunsSchema(_Base):
         "(messages_df).", "request.json instruction (first line)", nullable=True)
     result_status: pl.Utf8 = _col(
         "Status in result.json (completed, failed, cancelled); null when the run never "
-        "reached finish.", "result.json status", nullable=True)
+        "reached finish. The run fact is outcome (from the log).", "result.json status",
+        nullable=True)
     result_terminal_reason: pl.Utf8 = _col(
         "terminal_reason in result.json; terminal_reason is the same from the log, and "
         "the warning result_disagrees flags a difference.",
         "result.json terminal_reason", nullable=True)
+    outcome: pl.Utf8 = _col(
+        "How the run ended (run fact): completed, failed or cancelled (the last turn's "
+        "terminal run.* event; an external run: result.json status), live (writer lock "
+        "held), fork_not_run (a fork whose log holds only run.forked), interrupted "
+        "(no terminal event; session.json shows an orderly stop: clock stopped, not "
+        "waiting on an approval, every saved event logged), crashed (no terminal event "
+        "otherwise, including a log without session.json), or unreadable (the folder could "
+        "not be listed, or the toolkit failed on the run: see reasons and message).",
+        "events.jsonl terminal run.* event (see outcome_source)",
+        isin=list(OUTCOMES))
+    outcome_source: pl.Utf8 = _col(
+        "Where outcome came from: events.jsonl, events.jsonl+session.json (interrupted), "
+        "result.json (external runs), .writer.lock (live), discovery: <skip reason>, or "
+        "toolkit error.", "derived")
+    terminal_reason_source: pl.Utf8 = _col(
+        "Where terminal_reason came from: events.jsonl or result.json (external runs); "
+        "null when the run has not ended.", "derived", nullable=True)
+    step_source: pl.Utf8 = _col(
+        "Where step came from: events.jsonl, else session.json or checkpoint.json (runs "
+        "without a readable log); null when unknown.", "derived", nullable=True)
+    tokens_source: pl.Utf8 = _col(
+        "Where total_tokens came from: events.jsonl (the log holds every call), "
+        "model_usage (lanes the log cannot hold, from result.json/session.json model_usage), "
+        "result.json, checkpoint.json or session.json (usage.total_tokens); null when "
+        "unknown (external runs record no usage).", "derived", nullable=True)
+    primary_tokens: pl.Int64 = _tok(
+        "Tokens of the primary lane (every agent step): the sum of model.completed "
+        "usage.total_tokens; from model_usage when a call crossed the token budget (that "
+        "call has no model.completed); null when unknown.",
+        "events.jsonl model.completed data.usage (§9.1)", nullable=True)
+    reviewer_tokens: pl.Int64 = _tok(
+        "Tokens of the reviewer lane: the sum of role_lane.completed usage.total_tokens.",
+        "events.jsonl role_lane.completed data.usage (§9.1)", nullable=True)
+    wind_down_tokens: pl.Int64 = _tok(
+        "Tokens of the wind-down summary call: 0 without loop.wind_down_completed; else "
+        "the wind_down model_usage records (the log holds no usage for it); null when "
+        "unknown.", "result.json / session.json model_usage lane wind_down (§9.1)",
+        nullable=True)
+    provider_source: pl.Utf8 = _col(
+        "Where provider_name and model_id came from: events.jsonl or session.json.",
+        "derived", nullable=True)
+    wall_time_used_seconds: pl.Float64 = _col(
+        "Wall time used by the run's last turn (run fact): from its first event "
+        "(run.created or session.continued) to the log's last event, approval waits and "
+        "resume downtime included; session.json active_wall_time_seconds for a run "
+        "without log times. The budget's charged time is active_wall_time_seconds.",
+        "events.jsonl created_at", SECONDS, nullable=True)
+    wall_time_source: pl.Utf8 = _col(
+        "Where wall_time_used_seconds came from: events.jsonl or session.json.", "derived",
+        nullable=True)
+    times_source: pl.Utf8 = _col(
+        "Where started_at and ended_at came from: events.jsonl (null: no event has a "
+        "created_at).", "derived", nullable=True)
 
 
 class EventsSchema(_Base):

@@ -197,11 +197,16 @@ def row_columns(rows: list[dict[str, Any]], names: Iterable[str]) -> Columns:
 
 def load_rows(source: Source | None, *, strict: bool, max_depth: int, rows: RowsBuilder,
               model: str, table: Callable[[Columns], pl.DataFrame] | None = None,
-              jobs: int | None = None) -> pl.DataFrame:
+              jobs: int | None = None,
+              skipped_rows: Callable[[list[Any]], list[dict[str, Any]]] | None = None,
+              ) -> pl.DataFrame:
     """The loader flow of a table built from runs read in full (``read_run``'s default
     reading): the runs' ``rows``, in worker processes for a large fleet (:func:`map_chunks`),
     handed back as the columns of ``model``; then ``table`` (default: :func:`frame` of
     ``model``) builds and validates the frame of every run's columns in run order, once, here.
+
+    ``skipped_rows``: rows for the paths discovery skipped (of a loaded fleet: its
+    ``skipped``), added before the table is built.
 
     A strict load's workers hand back the quarantine rows of their runs, not the runs. Loaded
     runs (a fleet) take :func:`load`. Runs on object storage are read in this process: a
@@ -211,11 +216,13 @@ def load_rows(source: Source | None, *, strict: bool, max_depth: int, rows: Rows
     names = tuple(polars_schema(model))
     table = table or functools.partial(frame, model=model)
     if is_loaded(source):
+        extra = skipped_rows(getattr(source, "skipped", None) or []) if skipped_rows else []
         return load(source, strict=strict, max_depth=max_depth,
-                    builder=lambda runs: table(row_columns(rows(runs), names)))
+                    builder=lambda runs: table(row_columns(rows(runs) + extra, names)))
     from ..read.discovery import discover
 
-    locations = discover(source, max_depth=max_depth).runs
+    found = discover(source, max_depth=max_depth)
+    locations = found.runs
     if any("://" in loc.run_dir for loc in locations):
         jobs = 1
     columns: Columns = {name: [] for name in names}
@@ -228,6 +235,9 @@ def load_rows(source: Source | None, *, strict: bool, max_depth: int, rows: Rows
             for name, values in part.items():
                 columns[name] += values
             bad += quarantine
+        if skipped_rows is not None:  # rows for what discovery found but could not read
+            for name, values in row_columns(skipped_rows(found.skipped), names).items():
+                columns[name] += values
         out = table(columns)
     if bad:  # (only kept by a strict load)
         raise QuarantineError(frame(bad, "QuarantineSchema"))

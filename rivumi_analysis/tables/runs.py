@@ -9,6 +9,7 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
+from .facts import run_facts, unread_facts
 from ._common import (
     Columns,
     _bool,
@@ -52,8 +53,9 @@ def runs_table(columns: Columns) -> pl.DataFrame:
 
 def runs_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
     """One row per run in run order: its audit record (an error record when the audit
-    raises) with manifest, request-limit and result fields (no polars: safe in a forked
-    worker)."""
+    raises), its run facts (:func:`rivumi_analysis.tables.facts.run_facts`: outcome, steps,
+    tokens, provider, model, times, each with its source) and manifest, request-limit and
+    result fields (no polars: safe in a forked worker)."""
     from ..audit import error_record, record_from_run
     from ..read.discovery import RunLocation
     rows = []
@@ -62,23 +64,29 @@ def runs_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
             rec = record_from_run(run)
         except Exception as exc:  # same contract as the audit: one run never stops the rest
             rec = error_record(RunLocation(run.run_dir, run.is_subagent, run.parent_run_dir), exc)
+        try:
+            facts = run_facts(run)
+        except Exception:  # a toolkit bug on this run: no fact rather than no row
+            facts = unread_facts("internal_error")
+            facts["outcome_source"] = "toolkit error"
+        disagreements = facts.pop("fact_disagreements")
+        if disagreements and "fact_disagrees" not in rec["warnings"]:
+            rec["warnings"] = sorted([*rec["warnings"], "fact_disagrees"])
         m = run.manifest or {}
         usage = usage_columns(m.get("usage")) if m else dict.fromkeys(
             ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens",
              "provider_total_tokens", "total_tokens"))
+        del usage["total_tokens"]  # the run fact (log first) is in ``facts``
         req = run.request if isinstance(run.request, dict) else {}
         limits = (run.request or {}).get("limits") if isinstance(run.request, dict) else None
         limits = limits if isinstance(limits, dict) else {}
         result = run.result if isinstance(run.result, dict) else {}
-        times = [e.created_at for e in run.events if e.created_at is not None]
         rec.update(
             run_path=run.run_path,
             task_id=_str(m.get("task_id")), terminal=_bool(m.get("terminal")),
-            step=_int(m.get("step")), repeat_count=_int(m.get("repeat_count")),
+            repeat_count=_int(m.get("repeat_count")),
             last_action_fingerprint=_str(m.get("last_action_fingerprint")),
-            provider_name=_str(m.get("provider_name")), model_id=_str(m.get("model_id")),
             active_wall_time_seconds=_float(m.get("active_wall_time_seconds")),
-            started_at=min(times) if times else None, ended_at=max(times) if times else None,
             max_steps=_int(limits.get("max_steps")),
             wall_time_seconds=_float(limits.get("wall_time_seconds")),
             max_total_tokens=_int(limits.get("max_total_tokens")),
@@ -87,7 +95,37 @@ def runs_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
             result_status=_str(result.get("status")),
             result_terminal_reason=_str(result.get("terminal_reason")),
             **usage,
+            **facts,
         )
+        rows.append(rec)
+    return rows
+
+
+def skipped_rows(skipped: Iterable[Any]) -> list[dict[str, Any]]:
+    """One row per folder discovery could not list (skip reason ``unreadable``): a run
+    that cannot be read is a row with its reason, never left out (issue 29).
+
+    >>> from rivumi_analysis.read.discovery import Skipped
+    >>> [(r["verdict"], r["reasons"], r["outcome"]) for r in skipped_rows(
+    ...     [Skipped("/r/a", "unreadable"), Skipped("/r/l", "symlink")])]
+    [('error', ['unreadable'], 'unreadable')]
+    """
+    import os
+
+    from ..audit import RECORD_FIELDS, SCHEMA_VERSION
+    rows = []
+    for s in skipped:
+        if s.reason != "unreadable":
+            continue
+        rec: dict[str, Any] = dict.fromkeys(RECORD_FIELDS)
+        rec.update(schema_version=SCHEMA_VERSION, run_dir=s.path, verdict="error",
+                   reasons=["unreadable"], warnings=[],
+                   message=f"{s.path}: the folder could not be listed (permissions or I/O "
+                           "error); hint: check its permissions",
+                   lines=0, blank_lines=0, events=0, quarantined_lines=0,
+                   run_path=os.path.basename(os.path.normpath(s.path)),
+                   **unread_facts("unreadable"))
+        del rec["fact_disagreements"]
         rows.append(rec)
     return rows
 
@@ -116,4 +154,4 @@ def runs_df(source: Any = None, *, strict: bool = False,
     ['terminal']
     """
     return load_rows(source, strict=strict, max_depth=max_depth, rows=runs_rows,
-                     model="RunsSchema", table=runs_table)
+                     model="RunsSchema", table=runs_table, skipped_rows=skipped_rows)
