@@ -275,7 +275,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
               + (f" (hint: {exc.hint})" if exc.hint else ""), file=sys.stderr)
         return EXIT_USAGE
     if not result.runs:
-        print(f"rivumi-analysis audit: no runs found below {', '.join(paths)}", file=sys.stderr)
+        print(f"rivumi-analysis audit: error: no runs found below {', '.join(paths)} (hint: "
+              "a run directory holds events.jsonl, session.json, request.json, "
+              "checkpoint.json or result.json; check the PATH and --max-depth)",
+              file=sys.stderr)
     out = sys.stdout
     if fmt == "json":
         out.write(result.to_json_text() + "\n")
@@ -289,6 +292,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
         out.write(format_table(result.runs, result.skipped))
     out.flush()
+    if not result.runs:  # an empty source: the same exit code as every command
+        return EXIT_USAGE
     if any(r["verdict"] == "error" for r in result.runs):
         return EXIT_INTERNAL
     matched = [r for r in result.runs if r["verdict"] in fail_on]
@@ -799,6 +804,35 @@ def _expand_args(args: argparse.Namespace) -> None:
             setattr(args, name, [expand_path(v) if isinstance(v, str) else v for v in value])
 
 
+# the commands that read runs below PATHs: a source with no run exits 2 (issue 29); watch
+# is left out (it waits for runs to appear)
+_EMPTY_SOURCE_COMMANDS = frozenset({"audit", "report", "export", "search", "store"})
+
+
+def _empty_source_is_usage_error(args: argparse.Namespace) -> int:
+    """``args.handler(args)``; exit 2 (after its output) when discovery found no run below
+    the sources (``EmptySourceWarning``; the command's own message, else one here)."""
+    import warnings
+
+    from .errors import EmptySourceWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", EmptySourceWarning)
+        rc = int(args.handler(args))
+    empty = None
+    for w in caught:
+        if issubclass(w.category, EmptySourceWarning):
+            empty = empty or str(w.message)
+        else:  # every other warning is shown as it would have been
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if empty is not None and rc == EXIT_OK:
+        print(f"rivumi-analysis {args.command}: error: {empty} (hint: a run directory "
+              "holds events.jsonl, session.json, request.json, checkpoint.json or "
+              "result.json; check the PATH and --max-depth)", file=sys.stderr)
+        return EXIT_USAGE
+    return rc
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rivumi-analysis`` console script; returns the exit code."""
     parser = _build_parser()
@@ -808,6 +842,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
+        if args.command in _EMPTY_SOURCE_COMMANDS:
+            return _empty_source_is_usage_error(args)
         return int(args.handler(args))
     except BrokenPipeError:  # e.g. piped into `head`
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -363,5 +363,10 @@ def describe(code: str) -> str:
     raise KeyError(code)
 
 
+class EmptySourceWarning(UserWarning):
+    """No run directory was found below the source: the tables are empty (every CLI command
+    exits 2 on it)."""
+
+
 class CostUnknownWarning(UserWarning):
     """A helper summed cost while some rows' cost is unknown: the sum undercounts."""

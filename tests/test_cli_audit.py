@@ -89,9 +89,11 @@ def test_default_root_from_env(fleet: Path, tmp_path: Path) -> None:
     assert p.returncode == 2 and p.stdout == ""
 
 
-def test_empty_folder_exit_0(tmp_path: Path) -> None:
+def test_empty_folder_exit_2(tmp_path: Path) -> None:
+    """An empty source exits 2, as every command does on one (issue 29), after its output."""
     p = run_cli("audit", str(tmp_path), "--format", "json")
-    assert p.returncode == 0 and json.loads(p.stdout)["runs"] == []
+    assert p.returncode == 2 and json.loads(p.stdout)["runs"] == []
+    assert "no runs found below" in p.stderr
 
 
 def test_internal_error_exit_3(fleet: Path, monkeypatch, capsys) -> None:

@@ -42,7 +42,7 @@ def test_export_no_runs_exits_2_and_leaves_out_alone(tmp_path, capsys):
 
 
 def test_audit_no_runs_says_so_on_stderr(tmp_path, capsys):
-    assert main(["audit", str(tmp_path), "--format", "json", "--no-cache"]) == 0
+    assert main(["audit", str(tmp_path), "--format", "json", "--no-cache"]) == 2
     cap = capsys.readouterr()
     assert "no runs found below" in cap.err
     assert '"runs": []' in cap.out

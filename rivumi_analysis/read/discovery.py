@@ -94,6 +94,14 @@ def normalize_sources(source: Source | None) -> tuple[list[str], str | None]:
         return [root], root
     if isinstance(source, (str, os.PathLike)):
         return [_file_uri(expand_path(source))], None
+    if not isinstance(source, (list, tuple)) or not all(
+            isinstance(s, (str, os.PathLike)) for s in source):
+        bad = source if not isinstance(source, (list, tuple)) else next(
+            s for s in source if not isinstance(s, (str, os.PathLike)))
+        raise TypeError(
+            f"source must be a run directory or folder of runs (str or os.PathLike), a list "
+            f"or tuple of them, None (the default run root), or runs read already (a Fleet "
+            f"from load_fleet, a RunData or a list of them); got {type(bad).__name__}")
     return [_file_uri(expand_path(s)) for s in source], None
 
 
@@ -178,8 +186,12 @@ def discover(source: Source | None, *, max_depth: int = DEFAULT_MAX_DEPTH,
     folders, everything the result depends on below the sources (the store re-uses a
     discovery while none of them changed, see ``store.core``).
 
+    Warns:
+        EmptySourceWarning: no run was found below the sources.
+
     Raises:
         SourceError: a missing source, a regular file, or no default root.
+        TypeError: ``source`` is not a path, a list of paths or None.
     """
     paths, root_used = normalize_sources(source)
     check_sources(paths)
@@ -199,7 +211,22 @@ def discover(source: Source | None, *, max_depth: int = DEFAULT_MAX_DEPTH,
                       add_run=lambda d, sub, par, root: runs.append(
                           RunLocation(d, sub, par, root)),
                       add_skipped=lambda p, r: skipped.append(Skipped(p, r)), seen=seen)
+    if not runs:
+        _warn_empty(paths, skipped)
     return Discovery(runs=runs, skipped=skipped, root_used=root_used)
+
+
+def _warn_empty(paths: list[str], skipped: list[Skipped]) -> None:
+    """An empty source is a warning, never a silently empty table (issue 29)."""
+    import warnings
+
+    from ..errors import EmptySourceWarning
+
+    where = ", ".join(paths) if paths else "(no path given)"
+    extra = (f"; {len(skipped)} path(s) skipped ("
+             + ", ".join(sorted({s.reason for s in skipped})) + ")") if skipped else ""
+    warnings.warn(f"no run directory found below {where}{extra}", EmptySourceWarning,
+                  stacklevel=3)
 
 
 def discover_listing(listing: str) -> Discovery:

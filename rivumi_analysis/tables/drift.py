@@ -12,10 +12,16 @@ reconciles the log with the manifest:
 * on a **mismatch**, the rule that accounts for the difference (``manifest_ahead_by_one``,
   ``events_rejected``,
   ``usage_includes_unlogged_lanes``, ``usage_includes_budget_crossing_call``,
-  ``fingerprint_unknown``, ``read_only_batch_lookahead``, ``phase_changes_unlogged``); null with ``unexplained=True`` when none does.
+  ``fingerprint_unknown``, ``read_only_batch_lookahead``, ``phase_changes_unlogged``,
+  ``terminal_event_unlogged``); null with ``unexplained=True`` when none does.
 
 A clean run shows no unexplained drift. Runs without a manifest (external runs, missing or
-invalid ``session.json``) have no rows.
+invalid ``session.json``) have no such rows.
+
+A run fact whose log value disagrees with ``session.json``, ``result.json`` or
+``checkpoint.json`` (:mod:`rivumi_analysis.tables.facts`) adds a row with ``field``
+``<fact>@<file>`` (``replayed``: the log's value, ``manifest``: the file's), ``matches``
+false.
 """
 
 from __future__ import annotations
@@ -30,8 +36,10 @@ from typing import Any
 
 import polars as pl
 
+from ..read.snapshot import RunData
 from ..replay.reducer import REPEAT_TRIP, fingerprint
 from ._common import columns_frame, rows_frame, validate_table
+from .facts import fact_drift_rows, run_facts
 from .states import (
     ENGINES,
     ReplayChunk,
@@ -72,6 +80,7 @@ EXPLANATIONS: Mapping[str, str] = {
     "read_only_batch_lookahead": "read-only batch lookahead evaluates the guard for calls not yet logged (§10.1)",
     "clock_running_at_crash": "the run stopped with the clock running; the manifest base excludes the last segment (§10.3)",
     "phase_changes_unlogged": "the manifest phase moved (preparing/running) without an event (§6.1)",
+    "terminal_event_unlogged": "the terminal checkpoint.json is written just before the run.* event; the process stopped between the two (§1.3)",
 }
 
 _SCHEMA = {
@@ -205,12 +214,12 @@ def chunk_rows(chunk: ReplayChunk) -> list[tuple[Any, ...]]:
             naive_count=naive_count, naive_fp=naive_fp)
     empty = DriftFacts()
     rows: list[dict[str, Any]] = []
-    for k, man in enumerate(chunk.manifests):
-        if man is None:
-            continue
-        rr = chunk.replays.get(k)
-        f = facts_of_replay(rr) if rr is not None else final.get(k, empty)
-        rows.extend(rows_of(chunk.run_dirs[k], chunk.run_ids[k], chunk.kinds[k], man, f))
+    for k, (man, fact_rows) in enumerate(chunk.manifests):
+        if man is not None:
+            rr = chunk.replays.get(k)
+            f = facts_of_replay(rr) if rr is not None else final.get(k, empty)
+            rows.extend(rows_of(chunk.run_dirs[k], chunk.run_ids[k], chunk.kinds[k], man, f))
+        rows.extend(fact_rows)
     return rows
 
 
@@ -222,7 +231,14 @@ def drift_rows(rr: RunReplay) -> list[dict[str, Any]]:
 def _replay_rows(rr: RunReplay) -> list[tuple[Any, ...]]:
     """:func:`drift_rows` as positional rows (``_SCHEMA`` order)."""
     run = rr.run
-    return rows_of(run.run_dir, run.run_id, run.kind, run.manifest, facts_of_replay(rr))
+    return (rows_of(run.run_dir, run.run_id, run.kind, run.manifest, facts_of_replay(rr))
+            + _fact_rows(run))
+
+
+def _fact_rows(run: RunData) -> list[tuple[Any, ...]]:
+    """The drift rows of ``run``'s fact disagreements (:func:`~.facts.fact_drift_rows`)."""
+    return fact_drift_rows(run.run_dir, run.run_id, run.kind,
+                           run_facts(run)["fact_disagreements"])
 
 
 def rows_of(run_dir: str, run_id: str | None, kind: str, man: Any,
@@ -319,12 +335,17 @@ _MANIFEST_KEYS = ("step", "repeat_count", "last_action_fingerprint", "usage",
                   "active_wall_time_seconds", "active_started_at")
 
 
-def drift_manifest(manifest: Any) -> dict[str, Any] | None:
-    """The part of a parsed ``session.json`` the drift rows read (None: no manifest), so a
-    worker process sends back little: the compared keys, and ``model_usage`` cut to one
-    ``wind_down`` record when it has one.
+def drift_manifest(run: RunData) -> tuple[dict[str, Any] | None, list[tuple[Any, ...]]]:
+    """What a run's drift rows read, so a worker process sends back little: the part of its
+    parsed ``session.json`` (:func:`manifest_part`) and the rows of its fact disagreements."""
+    return manifest_part(run.manifest), _fact_rows(run)
 
-    >>> drift_manifest({"step": 2, "messages": ["..."], "model_usage": [{"lane": "primary"}]})
+
+def manifest_part(manifest: Any) -> dict[str, Any] | None:
+    """The part of a parsed ``session.json`` the drift rows read (None: no manifest): the
+    compared keys, and ``model_usage`` cut to one ``wind_down`` record when it has one.
+
+    >>> manifest_part({"step": 2, "messages": ["..."], "model_usage": [{"lane": "primary"}]})
     {'step': 2, 'model_usage': []}
     """
     if not isinstance(manifest, Mapping):

@@ -117,11 +117,11 @@ def _doc(v: Any) -> Mapping[str, Any] | None:
     return v if isinstance(v, Mapping) else None
 
 
-def _log(run: RunData) -> list[tuple[str, Mapping[str, Any], datetime | None]]:
-    """``(event_type, data, created_at)`` of each accepted event, in log order, whichever
-    way the run was read (events, a clean log's columns, or a columnar decode)."""
+def _log(run: RunData) -> list[tuple[str, Mapping[str, Any], datetime | None, int]]:
+    """``(event_type, data, created_at, sequence)`` of each accepted event, in log order,
+    whichever way the run was read (events, a clean log's columns, or a columnar decode)."""
     if run.events or run.fast is None:
-        return [(e.event_type, e.data, e.created_at) for e in run.events]
+        return [(e.event_type, e.data, e.created_at, e.sequence) for e in run.events]
     from ..read.cleanlog import CleanLog
 
     fast = run.fast
@@ -129,12 +129,12 @@ def _log(run: RunData) -> list[tuple[str, Mapping[str, Any], datetime | None]]:
         from ..read.decode import parse_created_at
 
         return [(t, d if isinstance(d, Mapping) else {}, parse_created_at(c)[0]
-                 if isinstance(c, str) else None)
-                for t, d, c in zip(fast.event_types, fast.objects, fast.created_ats,
-                                   strict=True)]
+                 if isinstance(c, str) else None, q)
+                for t, d, c, q in zip(fast.event_types, fast.objects, fast.created_ats,
+                                      fast.sequences, strict=True)]
     from ..read.snapshot import exact_run
 
-    return [(e.event_type, e.data, e.created_at) for e in exact_run(run).events]
+    return [(e.event_type, e.data, e.created_at, e.sequence) for e in exact_run(run).events]
 
 
 def _lane_sums(doc: Any) -> dict[str, int] | None:
@@ -184,8 +184,9 @@ def run_facts(run: RunData) -> dict[str, Any]:
     primary = reviewer = 0
     wind_down_done = False
     provider = model = None
-    times = [ts for _t, _d, ts in log if ts is not None]
-    for i, (t, d, _ts) in enumerate(log):
+    times = [ts for _t, _d, ts, _q in log if ts is not None]
+    last_seq = max((q for *_x, q in log), default=None)
+    for i, (t, d, _ts, _q) in enumerate(log):
         if t in _TERMINAL:
             term_i = i
         elif t in _MODEL_EVENTS:
@@ -208,7 +209,7 @@ def run_facts(run: RunData) -> dict[str, Any]:
     ended = term_i >= 0 and term_i > turn_i
     status = reason = None
     if ended:
-        et, d, _ = log[term_i]
+        et, d, _ts, _q = log[term_i]
         status = _TERMINAL[et]
         reason = d.get("terminal_reason") if isinstance(d.get("terminal_reason"), str) else None
         out.update(outcome=status, outcome_source="events.jsonl",
@@ -226,10 +227,10 @@ def run_facts(run: RunData) -> dict[str, Any]:
                        outcome_source="events.jsonl")
     elif run.writer_active:
         out.update(outcome="live", outcome_source=".writer.lock")
-    elif log and all(t == "run.forked" for t, _d, _ts in log) or (
+    elif log and all(e[0] == "run.forked" for e in log) or (
             not log and run.kind == "fork"):
         out.update(outcome="fork_not_run", outcome_source="events.jsonl")
-    elif man is not None and _orderly_stop(man, run):
+    elif man is not None and _orderly_stop(man, run, log, last_seq):
         out.update(outcome="interrupted", outcome_source="events.jsonl+session.json")
     else:
         out.update(outcome="crashed", outcome_source="events.jsonl")
@@ -247,13 +248,14 @@ def run_facts(run: RunData) -> dict[str, Any]:
     cs = chk.get("status") if chk else None
     chk_final = isinstance(cs, str) and cs in _TERMINAL_STATUS and run.kind != "external"
     if chk_final and not later_turn and cs != (status or out["outcome"]):
-        dis.append(("outcome", "checkpoint.json", status or out["outcome"], cs, None))
+        # the terminal checkpoint is written just before the run.* event (§1.3)
+        dis.append(("outcome", "checkpoint.json", status or out["outcome"], cs,
+                    None if ended else "terminal_event_unlogged"))
     if man is not None and ended and man.get("terminal") is False and not run.writer_active:
         dis.append(("outcome", "session.json", status, "not terminal", None))
     if man is not None and not ended and man.get("terminal") is True and not later_turn:
-        ahead = (type(man.get("last_event_sequence")) is int and run.events_status == "ok"
-                 and _last_seq(run) is not None
-                 and man["last_event_sequence"] == _last_seq(run) + 1)
+        ahead = (type(man.get("last_event_sequence")) is int and last_seq is not None
+                 and man["last_event_sequence"] == last_seq + 1)
         dis.append(("outcome", "session.json", out["outcome"], man.get("phase"),
                     "manifest_ahead_by_one" if ahead else None))
 
@@ -299,7 +301,7 @@ def run_facts(run: RunData) -> dict[str, Any]:
     # ---- times
     if times:
         out.update(started_at=min(times), ended_at=max(times), times_source="events.jsonl")
-        turn_start = next((ts for t, _d, ts in log[max(turn_i, 0):] if ts is not None), None)
+        turn_start = next((e[2] for e in log[max(turn_i, 0):] if e[2] is not None), None)
         if turn_start is not None:
             out.update(wall_time_used_seconds=(max(times) - turn_start).total_seconds(),
                        wall_time_source="events.jsonl")
@@ -310,14 +312,8 @@ def run_facts(run: RunData) -> dict[str, Any]:
     return out
 
 
-def _last_seq(run: RunData) -> int | None:
-    if run.events:
-        return max(e.sequence for e in run.events)
-    seqs = getattr(run.fast, "sequences", None)
-    return max(seqs) if seqs else None
-
-
-def _orderly_stop(man: Mapping[str, Any], run: RunData) -> bool:
+def _orderly_stop(man: Mapping[str, Any], run: RunData, log: list[Any],
+                  last_seq: int | None) -> bool:
     """Whether ``session.json`` shows the process stopped in order (its ``finally`` ran:
     clock stopped, §8.3), not waiting on an approval prompt, with every saved event logged
     and no side effect left open at the log's tail."""
@@ -325,12 +321,9 @@ def _orderly_stop(man: Mapping[str, Any], run: RunData) -> bool:
         return False
     if man.get("pending_action") is not None:
         return False
-    last = _last_seq(run)
-    if last is None or man.get("last_event_sequence") != last or run.quarantined:
+    if last_seq is None or man.get("last_event_sequence") != last_seq or run.quarantined:
         return False
-    tail = run.events[-1].event_type if run.events else (
-        run.fast.event_types[-1] if getattr(run.fast, "event_types", None) else None)
-    return tail not in ("tool.started", "verification.started")
+    return log[-1][0] not in ("tool.started", "verification.started")
 
 
 def _tokens(out: dict[str, Any], dis: list[Any], man: Mapping[str, Any] | None,

@@ -465,7 +465,7 @@ class ReplayChunk:
     * ``final``: when manifests were asked for, the last row of each run the engine reduced
       (``_r``, :data:`FINAL_COLUMNS`, ``_last_us``: its latest ``created_at`` in us);
     * ``facts``: the engine's ``replay.vectorised.RunFacts``;
-    * ``manifests``: ``manifest_of(run.manifest)`` of each run (None when not asked);
+    * ``manifests``: ``manifest_of(run)`` of each run (None when not asked);
     * ``replays``: ``{_r: RunReplay}`` of the runs the engine handed to the reference;
     * ``forked``: ``{_r: data}`` of the runs whose first event is ``run.forked``;
     * ``run_dirs``, ``run_ids``, ``kinds``: every run of the chunk in order.
@@ -526,7 +526,7 @@ def replay_chunk(native: list[RunData], *, charge_approval_waits: bool | None = 
                  keep_states: bool = True, events: Any = None) -> ReplayChunk:
     """A :class:`ReplayChunk` of some non-external runs (read any way), in this process.
 
-    ``manifest_of``: applied to each run's manifest for :attr:`ReplayChunk.manifests` (and
+    ``manifest_of``: applied to each run for :attr:`ReplayChunk.manifests` (and
     :attr:`ReplayChunk.final` is computed); None: neither. ``events``: see
     :func:`_with_columns`.
     """
@@ -534,7 +534,7 @@ def replay_chunk(native: list[RunData], *, charge_approval_waits: bool | None = 
 
     native, rows = _with_columns(native, events)
     events, per_run, reasons, facts = prepare_with_facts(native, charge_approval_waits, rows)
-    manifests = [manifest_of(r.manifest) for r in native] if manifest_of else None
+    manifests = [manifest_of(r) for r in native] if manifest_of else None
     return _replay_finish((events, per_run, reasons, facts, native), manifests,
                           charge_approval_waits, engine, keep_states)
 
@@ -542,7 +542,7 @@ def replay_chunk(native: list[RunData], *, charge_approval_waits: bool | None = 
 def _prepare_replay_chunk(locations: list[Any], charge_approval_waits: bool | None,
                           manifest_of: Any) -> tuple[Any, ...]:
     """A worker's part for :func:`replay_chunks` (no polars): as :func:`_prepare_chunk`,
-    plus the engine's run facts and ``manifest_of`` of each run's manifest."""
+    plus the engine's run facts and ``manifest_of`` of each run."""
     from ..replay.vectorised import prepare_with_facts
 
     with gc_paused():
@@ -553,7 +553,7 @@ def _prepare_replay_chunk(locations: list[Any], charge_approval_waits: bool | No
         events, per_run, reasons, facts = prepare_with_facts(native, charge_approval_waits,
                                                              rows)
         others = {k: _lean(exact_run(native[k])) for k in reasons}
-        manifests = [manifest_of(r.manifest) for r in native] if manifest_of else None
+        manifests = [manifest_of(r) for r in native] if manifest_of else None
         return (events, per_run, reasons, facts, others), manifests, quarantined
 
 

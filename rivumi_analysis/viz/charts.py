@@ -19,7 +19,7 @@ an absolute path); runs are labelled by :func:`run_labels`.
 >>> import polars as pl
 >>> runs = pl.DataFrame({"run_dir": ["a"], "run_id": ["r1"], "kind": ["native"],
 ...                      "verdict": ["terminal"], "terminal_reason": ["verified"],
-...                      "step": [3], "total_tokens": [900], "active_wall_time_seconds": [4.0]})
+...                      "step": [3], "total_tokens": [900], "wall_time_used_seconds": [4.0]})
 >>> spec = fleet_overview(runs).to_dict()
 >>> len(spec["vconcat"])
 2
@@ -36,6 +36,8 @@ from typing import Any, Literal
 
 import altair as alt
 import polars as pl
+
+from ..tables.facts import OUTCOME_GROUPS, TERMINAL_OUTCOMES, outcome_group
 
 __all__ = [
     "CAPS",
@@ -272,13 +274,15 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
     """Runs by verdict, kind and terminal reason; steps, tokens and time per run.
 
     Top row: three count bars (all runs, aggregated in polars). Bottom row: one point per run
-    (steps vs tokens, size = charged wall time, colour = verdict; capped at ``max_points``)
-    and a histogram of charged wall time. Click a verdict in the legend (or a verdict bar)
-    to highlight its runs everywhere.
+    (steps vs tokens, size = wall time used, colour = verdict; capped at ``max_points``,
+    drawn from the runs that have both steps and tokens, the others counted in the subtitle)
+    and a histogram of wall time used. Click a verdict in the legend (or a verdict bar) to
+    highlight its runs everywhere. With no run to plot, each panel says so.
 
     Args:
         runs: ``runs_df`` (needs ``run_dir``, ``verdict``; uses ``kind``, ``terminal_reason``,
-            ``step``, ``total_tokens``, ``active_wall_time_seconds`` when present).
+            ``step``, ``total_tokens``, ``wall_time_used_seconds`` when present: the run
+            facts of :mod:`rivumi_analysis.tables.facts`).
         max_points: cap on scatter points.
         max_reasons: terminal reasons shown before the rest fold into ``(other)``.
 
@@ -297,7 +301,7 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
         _col(runs, "terminal_reason", pl.Utf8).fill_null("(none)").alias("terminal_reason"),
         _col(runs, "step", pl.Int64).alias("step"),
         _col(runs, "total_tokens", pl.Int64).alias("total_tokens"),
-        _col(runs, "active_wall_time_seconds", pl.Float64).alias("wall_s"),
+        _col(runs, "wall_time_used_seconds", pl.Float64).alias("wall_s"),
     )
     verdict_sel = alt.selection_point(fields=["verdict"], bind="legend", name="verdict_pick")
     vscale = alt.Scale(domain=list(VERDICT_COLORS), range=list(VERDICT_COLORS.values()))
@@ -341,16 +345,22 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
     bin_sel = alt.selection_point(fields=["b"], name="wall_bin", on="click",
                                   clear="dblclick")
     linked = alt.condition(verdict_sel & bin_sel, alt.value(1.0), alt.value(0.12))
-    pts = pick_runs(r, max_points, size="total_tokens")
-    tok = r["total_tokens"].drop_nulls()
+    # the sample is drawn from the runs that have what the scatter plots (issue 29: a
+    # sample of runs without values drew empty axes)
+    plotted = r.filter(pl.col("step").is_not_null() & pl.col("total_tokens").is_not_null())
+    left_out = r.height - plotted.height
+    pts = pick_runs(plotted, max_points, size="total_tokens")
+    tok = plotted["total_tokens"].drop_nulls()
     # Tokens spanning more than two orders of magnitude get a log axis.
     log_tokens = bool(tok.len() and (tok.max() or 0) > 100 * max(float(tok.median() or 1), 1))
     pts = pts.join(run_labels(pts), on="run_dir", how="left", suffix="_l").select(
         "run", pl.col("run_id"), "verdict", "kind", "terminal_reason", "step", "total_tokens",
         pl.col("wall_s").round(2), wall_bin.alias("b"))
+    why = (f"{left_out} run(s) without steps or tokens left out (no readable log, or "
+           "tokens the log cannot hold and no file that has them)") if left_out else None
     c_scatter = (alt.Chart(_values(pts), title=alt.TitleParams(
         "Steps, tokens and time per run",
-        subtitle=[_title("", pts.height, r.height).subtitle,
+        subtitle=[_title("", pts.height, plotted.height).subtitle, *([why] if why else []),
                   "click a wall-time bin (right) or a verdict to pick its runs"],
         anchor="start"))
                  .mark_circle(stroke="#333", strokeWidth=0.3)
@@ -359,31 +369,40 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
                              " (log)" if log_tokens else ""),
                                  scale=alt.Scale(type="symlog") if log_tokens else alt.Undefined,
                                  axis=alt.Axis(format="~s")),
-                         size=alt.Size("wall_s:Q", legend=_legend("charged wall s",
+                         size=alt.Size("wall_s:Q", legend=_legend("wall s used",
                                                                   orient="bottom"),
                                        scale=alt.Scale(range=[15, 400])),
                          color=vcolor, opacity=linked,
                          tooltip=["run_id:N", "verdict:N", "kind:N", "terminal_reason:N",
                                   "step:Q", "total_tokens:Q",
-                                  alt.Tooltip("wall_s:Q", title="charged wall s")])
+                                  alt.Tooltip("wall_s:Q", title="wall s used")])
                  .properties(width=360, height=260))
+    if plotted.height == 0:
+        c_scatter = _empty("Steps, tokens and time per run",
+                           f"no run has both steps and tokens ({r.height} run(s); "
+                           "see the audit table)")
     if w.height:
         hist = (w.with_columns(wall_bin.alias("b"))
                 .group_by("b", "verdict", maintain_order=True).len("runs")
                 .with_columns((pl.col("b") * bin_w).round(2).alias("from_s"),
                               ((pl.col("b") + 1) * bin_w).round(2).alias("to_s")))
+        no_wall = r.height - w.height
         c_hist = (alt.Chart(_values(hist), title=alt.TitleParams(
-            "Charged wall time per run", subtitle="all runs; click a bin, double-click to clear",
+            "Wall time used per run", subtitle=[
+                f"{w.height} runs (last turn, first to last event)"
+                + (f"; {no_wall} without event times left out" if no_wall else ""),
+                "click a bin, double-click to clear"],
             anchor="start")).mark_bar()
-                  .encode(x=alt.X("from_s:Q", bin="binned", title="charged wall seconds"),
+                  .encode(x=alt.X("from_s:Q", bin="binned", title="wall seconds used"),
                           x2="to_s:Q", y=alt.Y("sum(runs):Q", title="runs"), color=vcolor,
                           opacity=linked,
                           tooltip=["from_s:Q", "to_s:Q", "verdict:N", "runs:Q"])
                   .add_params(bin_sel)
                   .properties(width=260, height=260))
     else:
-        c_hist = _empty("Charged wall time per run", "no wall time recorded")
-        c_scatter = c_scatter.add_params(bin_sel)  # the linked condition needs it defined
+        c_hist = _empty("Wall time used per run", "no run has event times")
+        if plotted.height:
+            c_scatter = c_scatter.add_params(bin_sel)  # the linked condition needs it
     return alt.vconcat(alt.hconcat(c_verdict, c_kind, c_reason),
                        alt.hconcat(c_scatter, c_hist)).resolve_scale(color="shared")
 
@@ -1080,8 +1099,8 @@ def _wall_groups(r: pl.DataFrame) -> pl.Expr:
     return (pl.when(o.str.starts_with("completed")).then(pl.lit("completed"))
             .when(o == "failed: wall_time_exceeded").then(pl.lit("failed: wall_time_exceeded"))
             .when(o.str.starts_with("failed")).then(pl.lit("failed: other reasons"))
-            .when(o == "crashed / unfinished").then(o)
-            .otherwise(pl.lit("other (cancelled, live, fork)")))
+            .when(o.is_in(["crashed", "interrupted"])).then(pl.lit("crashed or interrupted"))
+            .otherwise(pl.lit("other (cancelled, live, fork, unreadable)")))
 
 
 def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
@@ -1226,7 +1245,7 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     if ec.height:
         ec = ec.with_columns(pl.col("value").round(5))
         gorder = ["completed", "failed: wall_time_exceeded", "failed: other reasons",
-                  "crashed / unfinished", "other (cancelled, live, fork)"]
+                  "crashed or interrupted", "other (cancelled, live, fork, unreadable)"]
         ecdf = (alt.Chart(_values(ec)).mark_line(interpolate="step-after", point=False)
                 .encode(x=alt.X("value:Q", title="charged time / wall_time_seconds "
                                 "(over 120 % drawn at 120 %)", axis=alt.Axis(format="%")),
@@ -1615,8 +1634,7 @@ def fork_points(*, runs: pl.DataFrame, forks: pl.DataFrame | None = None,
                     _col(runs, "verdict", pl.Utf8).alias("verdict"),
                     _col(runs, "terminal_reason", pl.Utf8).alias("terminal_reason"),
                     _col(runs, "last_sequence", pl.Int64).alias("last_sequence"),
-                    _col(runs, "terminal", pl.Boolean).alias("terminal"),
-                    _col(runs, "result_status", pl.Utf8).alias("result_status"))
+                    _col(runs, "outcome", pl.Utf8).alias("outcome"))
     links = pl.DataFrame(schema={"run_dir": pl.Utf8, "source_run_dir": pl.Utf8,
                                  "fork_point_sequence": pl.Int64})
     cands = pl.DataFrame(schema={"run_dir": pl.Utf8, "sequence": pl.Int64,
@@ -1644,10 +1662,9 @@ def fork_points(*, runs: pl.DataFrame, forks: pl.DataFrame | None = None,
             assert states is not None
             cands = states.filter(pl.col("fork_safe")).select(
                 "run_dir", "sequence", pl.lit(None, pl.Utf8).alias("last_safe_before"))
-    failed = r.filter(
-        pl.col("terminal_reason").fill_null("").is_in(["verified", "no_changes"]).not_()
-        & (pl.col("kind") != "fork") & (pl.col("kind") != "external")
-        & (pl.col("terminal_reason").is_not_null() | (pl.col("terminal") != True)))  # noqa: E712
+    # failed or crashed: the run fact (tables.facts), forks and external runs aside
+    failed = r.filter(pl.col("outcome").is_in(["failed", "crashed", "interrupted"])
+                      & ~pl.col("kind").fill_null("").is_in(["fork", "external"]))
     wanted = pl.concat([
         links.select(pl.col("source_run_dir").alias("run_dir"), pl.lit(0).alias("prio")),
         links.select("run_dir", pl.lit(0).alias("prio")),
@@ -1736,50 +1753,27 @@ def fork_points(*, runs: pl.DataFrame, forks: pl.DataFrame | None = None,
 
 
 # --------------------------------------------------------------------------- fleet questions
-OUTCOME_ORDER: tuple[str, ...] = (
-    "completed: verified", "completed: no_changes", "completed: other", "cancelled",
-    "failed: wall_time_exceeded", "failed: max_steps_exceeded", "failed: token_budget_exceeded",
-    "failed: repeated_action", "failed: provider", "failed: other", "crashed / unfinished",
-    "live", "fork (not run)", "external")
+OUTCOME_ORDER: tuple[str, ...] = OUTCOME_GROUPS
+"""The outcome groups of the charts, in legend order (``tables.facts.OUTCOME_GROUPS``)."""
 OUTCOME_COLORS: Mapping[str, str] = dict(zip(OUTCOME_ORDER, (
     "#2e7d32", "#81c784", "#a5d6a7", "#bdbdbd", "#d62728", "#ff7f0e", "#e377c2", "#8c564b",
-    "#9467bd", "#c49c94", "#17becf", "#1f77b4", "#7f7f7f", "#bcbd22"), strict=True))
+    "#9467bd", "#c49c94", "#bcbd22", "#17becf", "#1f77b4", "#7f7f7f", "#000000"), strict=True))
 
 
 def outcomes(runs: pl.DataFrame) -> pl.DataFrame:
-    """One outcome per run: ``completed: <reason>``, ``failed: <reason>`` (every
-    ``provider_*`` reason is ``failed: provider``), ``cancelled``,
-    ``crashed / unfinished``, ``live`` (writer lock held), ``fork (not run)`` or ``external``.
-
-    Returns ``run_dir`` and ``outcome`` (reasons outside :data:`OUTCOME_ORDER` fold into
-    ``... other``).
+    """One outcome group per run: ``run_dir`` and ``outcome``, the run fact ``runs_df.outcome``
+    refined by its terminal reason (:func:`rivumi_analysis.tables.facts.outcome_group`, the
+    one definition: ``completed: verified``, ``failed: provider``, ``crashed``, ...).
 
     >>> import polars as pl
-    >>> r = pl.DataFrame({"run_dir": list("abcd"), "kind": ["native"] * 3 + ["fork"],
-    ...     "result_status": ["completed", "failed", None, None],
+    >>> r = pl.DataFrame({"run_dir": list("abcd"),
+    ...     "outcome": ["completed", "failed", "crashed", "fork_not_run"],
     ...     "terminal_reason": ["verified", "odd_reason", None, None]})
     >>> outcomes(r)["outcome"].to_list()
-    ['completed: verified', 'failed: other', 'crashed / unfinished', 'fork (not run)']
+    ['completed: verified', 'failed: other', 'crashed', 'fork_not_run']
     """
-    status = pl.coalesce(_col(runs, "result_status", pl.Utf8),
-                         pl.when(_col(runs, "terminal", pl.Boolean, None).fill_null(False))
-                         .then(_col(runs, "phase", pl.Utf8)))
-    reason = _col(runs, "terminal_reason", pl.Utf8).fill_null("")
-    kind = _col(runs, "kind", pl.Utf8).fill_null("")
-    live = _col(runs, "live", pl.Boolean, None).fill_null(False)
-    raw = (pl.when(kind == "external").then(pl.lit("external"))
-           .when(status == "cancelled").then(pl.lit("cancelled"))
-           .when((status == "failed") & reason.str.starts_with("provider_"))
-           .then(pl.lit("failed: provider"))
-           .when(status.is_in(["completed", "failed"]))
-           .then(status + pl.lit(": ") + reason)
-           .when(live).then(pl.lit("live"))
-           .when(kind == "fork").then(pl.lit("fork (not run)"))
-           .otherwise(pl.lit("crashed / unfinished")))
-    folded = (pl.when(raw.is_in(list(OUTCOME_ORDER))).then(raw)
-              .when(raw.str.starts_with("completed")).then(pl.lit("completed: other"))
-              .otherwise(pl.lit("failed: other")))
-    return runs.select("run_dir", folded.alias("outcome"))
+    return runs.select("run_dir", outcome_group(_col(runs, "outcome", pl.Utf8),
+                                                _col(runs, "terminal_reason", pl.Utf8)))
 
 
 def _legend(title: str, **kw: Any) -> alt.Legend:
@@ -1796,7 +1790,7 @@ def outcome_mix(runs: pl.DataFrame) -> alt.VConcatChart | alt.Chart:
     >>> import polars as pl
     >>> from datetime import datetime, timezone
     >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    >>> r = pl.DataFrame({"run_dir": ["a", "b"], "result_status": ["completed", "failed"],
+    >>> r = pl.DataFrame({"run_dir": ["a", "b"], "outcome": ["completed", "failed"],
     ...     "terminal_reason": ["verified", "repeated_action"], "started_at": [t, t]})
     >>> d = outcome_mix(r).to_dict()
     >>> d["vconcat"][0]["encoding"]["x"]["field"]
@@ -1949,7 +1943,7 @@ def task_kinds(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
 
     >>> import polars as pl
     >>> r = pl.DataFrame({"run_dir": list("abc"), "kind": ["native"] * 3,
-    ...     "result_status": ["completed", "failed", "completed"],
+    ...     "outcome": ["completed", "failed", "completed"],
     ...     "terminal_reason": ["verified", "repeated_action", "no_changes"],
     ...     "total_tokens": [10, 20, 30]})
     >>> d = task_kinds(runs=r).to_dict()
@@ -1961,8 +1955,8 @@ def task_kinds(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
         return _empty(title, "no runs")
     group, label = _task_group(runs)
     r = runs.select("run_dir", group.alias("group"),
-                    _col(runs, "total_tokens", pl.Int64).alias("tokens")).join(
-        outcomes(runs), on="run_dir")
+                    _col(runs, "outcome", pl.Utf8).alias("fact"),
+                    _col(runs, "total_tokens", pl.Int64).alias("tokens"))
     if _has(usage, "run_dir", "total_cost") and usage is not None:
         cost = usage.group_by("run_dir", maintain_order=True).agg(
             pl.col("total_cost").sum().alias("cost"),
@@ -1971,11 +1965,10 @@ def task_kinds(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
     else:
         r = r.with_columns(pl.lit(None, pl.Float64).alias("cost"),
                            pl.lit(None, pl.Boolean).alias("cost_partial"))
-    finished = pl.col("outcome").str.starts_with("completed") | pl.col("outcome").str.starts_with(
-        "failed") | (pl.col("outcome") == "cancelled")
+    finished = pl.col("fact").is_in(list(TERMINAL_OUTCOMES))
     g = (r.group_by("group", maintain_order=True).agg(
         pl.len().alias("runs"), finished.sum().alias("finished"),
-        pl.col("outcome").str.starts_with("completed").sum().alias("succeeded"),
+        (pl.col("fact") == "completed").sum().alias("succeeded"),
         pl.col("tokens").median().alias("median_tokens"),
         pl.col("cost").median().alias("median_cost"),
         pl.col("cost").sum().alias("total_cost"))
@@ -1986,7 +1979,8 @@ def task_kinds(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
     order = g["group"].to_list()
     sub = [f"{r.height} runs in {g.height + cut} {label}(s)"
            + (f"; {cut} smallest group(s) not shown" if cut else ""),
-           "success = completed among finished runs (crashed, live, fork: not finished)"]
+           "success = completed among ended runs (completed, failed, cancelled; crashed, "
+           "interrupted, live, fork, unreadable: not ended)"]
     tip = [alt.Tooltip("group:N", title=label), "runs:Q", "finished:Q", "succeeded:Q",
            alt.Tooltip("success_rate:Q", format=".1%"),
            alt.Tooltip("median_tokens:Q", format=",.0f"),
