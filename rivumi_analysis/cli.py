@@ -115,6 +115,10 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="keep only ids, types, sequences, times, numbers, codes, tool names, "
                          "effects, decisions and relative run dirs")
     rp.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
+    rp.add_argument("--group-by", default=None, metavar="COLUMN",
+                    help="compare the groups of a runs_df column (e.g. model, provider, kind, "
+                         "repository): outcome rates with 95 %% Wilson intervals, tokens, cost "
+                         "(known share), wall time and steps per group, with counts")
     rs = rp.add_mutually_exclusive_group()
     rs.add_argument("--store", default=None, metavar="DIR",
                     help="read a fleet's tables through the Parquet store in DIR (built or "
@@ -474,6 +478,14 @@ def cmd_report(args: argparse.Namespace) -> int:
             resolve_store_dir(paths, store_dir, args.max_depth)
         except StoreError as exc:
             err = f"--store {store_dir}: {exc.message}"
+    group_by = getattr(args, "group_by", None)
+    if not err and group_by is not None:
+        from .tables._common import polars_schema
+        from .tables.groups import GROUP_ALIASES
+
+        if GROUP_ALIASES.get(group_by, group_by) not in polars_schema("RunsSchema"):
+            err = (f"--group-by {group_by}: not a runs_df column (rivumi-analysis schema runs "
+                   f"lists them; also {', '.join(sorted(GROUP_ALIASES))})")
     if _report_usage_error(args, err):
         return EXIT_USAGE
     from .viz.report import write_report
@@ -481,7 +493,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     res = _with_report_progress(lambda progress: write_report(
         paths, args.out, png_dir=args.png, redact=args.redact, max_depth=args.max_depth,
         progress=progress, store=False if getattr(args, "no_store", False) else None,
-        store_dir=store_dir))
+        store_dir=store_dir, group_by=group_by))
     if res is None:  # no runs found: nothing was written
         return EXIT_USAGE
     if res.store is not None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import polars as pl
 
+from .errors import FACT_DEFINITIONS
 from .tables.registry import TABLES
 
 __all__ = ["TABLES", "describe", "dictionary", "render_text", "render_markdown"]
@@ -120,7 +121,19 @@ def render_text(table: str, width: int = 100) -> str:
         if c["checks"]:
             lines += _wrap("values: " + "; ".join(c["checks"]), width, "    ")
         lines.append("")
+    if table == "runs":
+        lines += _wrap(_FACTS_HEAD, width, "") + [""]
+        for fact, text in FACT_DEFINITIONS.items():
+            lines.append(fact)
+            lines += _wrap(text, width, "    ")
+        lines.append("")
     return "\n".join(lines)
+
+
+_FACTS_HEAD = ("Run facts (one definition each, rivumi_analysis.tables.facts): read from "
+               "events.jsonl first; session.json, result.json and checkpoint.json cross-check "
+               "them (a disagreement is the warning fact_disagrees and a drift_df row "
+               "<fact>@<file>); each *_source column says where the value came from.")
 
 
 def _md(text: str) -> str:
@@ -138,6 +151,9 @@ def render_markdown(table: str) -> str:
         typ = c["dtype"] + ("?" if c["nullable"] else "")
         out.append(f"| `{c['column']}` | {_md(typ)} | {_md(c['unit'] or '')} | "
                    f"{_md(c['description'])} | {_md(c['source'])} |")
+    if table == "runs":
+        out += ["", _FACTS_HEAD, "", "| fact | definition |", "|---|---|"]
+        out += [f"| `{f}` | {_md(t)} |" for f, t in FACT_DEFINITIONS.items()]
     return "\n".join(out) + "\n"
 
 

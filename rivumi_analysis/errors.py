@@ -38,6 +38,40 @@ OUTCOMES: tuple[str, ...] = (
 """Every value of ``runs_df.outcome``, in report order (defined in
 ``rivumi_analysis.tables.facts``)."""
 
+FACT_DEFINITIONS: Mapping[str, str] = {
+    "outcome": (
+        "completed, failed or cancelled: the suffix of the last terminal run.* event of the "
+        "last turn (an external run: result.json status); otherwise live (the writer lock is "
+        "held), fork_not_run (a fork run whose log holds only run.forked), interrupted "
+        "(session.json shows an orderly stop: clock stopped, not waiting on an approval, "
+        "every saved event logged) or crashed (anything else, including a log without "
+        "session.json); unreadable: the run could not be read (discovery could not list it, "
+        "or the toolkit failed on it)"),
+    "terminal_reason": "data.terminal_reason of that terminal event (external: result.json)",
+    "step": "the highest model.requested data.step (cumulative; 0 when the log has none)",
+    "total_tokens": (
+        "primary + reviewer + wind_down tokens (§9.1). From the log (model.completed and "
+        "role_lane.completed usage.total_tokens) when it holds every call: no wind-down "
+        "summary and no call that crossed the token budget; otherwise the model_usage "
+        "records of result.json/session.json, else usage.total_tokens of result.json, "
+        "checkpoint.json or session.json; null when none has it"),
+    "primary_tokens": "sum of model.completed usage.total_tokens (lane primary)",
+    "reviewer_tokens": "sum of role_lane.completed usage.total_tokens (lane reviewer)",
+    "wind_down_tokens": (
+        "0 when the log has no loop.wind_down_completed; else the wind_down model_usage "
+        "records (the log holds no usage for that call)"),
+    "provider_name": "provider of the last run.created/session.resumed/session.continued",
+    "model_id": "model of that same event",
+    "wall_time_used_seconds": (
+        "seconds from the last turn's first event (run.created or session.continued) to the "
+        "log's last event: elapsed time, including approval waits and resume downtime "
+        "(the budget's charged time is active_wall_time_seconds, session.json)"),
+    "started_at": "created_at of the log's first event",
+    "ended_at": "created_at of the log's last event",
+}
+"""What each run fact of ``runs_df`` is (``tables.facts`` computes them; the data
+dictionary and the report's closing note say the same)."""
+
 VERDICT_REASONS: Mapping[str, str] = {
     "external_run": "an external (Codex/Claude Code) run: it has no session manifest and is never resumable (§11.8)",
     "manifest_missing": "there is no session.json entry at all, so resume has nothing to load",

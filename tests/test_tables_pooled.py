@@ -178,10 +178,14 @@ def test_object_storage_runs_are_read_in_this_process(
 
 @pytest.mark.parametrize("name", TABLES)
 def test_no_runs_gives_the_builders_empty_frame(name: str, tmp_path: Path) -> None:
+    from rivumi_analysis.errors import EmptySourceWarning
+
     want = TABLES[name][4]([])
     assert want.height == 0
     for jobs in (2, 1):
-        assert_frame_equal(_load(name, str(tmp_path), jobs), want)
+        with pytest.warns(EmptySourceWarning, match="no run directory found below"):
+            got = _load(name, str(tmp_path), jobs)
+        assert_frame_equal(got, want)
 
 
 def test_derived_tables_ship_quarantined_runs_only_for_a_strict_load(fleet: Path) -> None:

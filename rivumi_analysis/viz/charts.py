@@ -2009,13 +2009,13 @@ def task_kinds(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
 
 def top_runs(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
              n: int = 15) -> alt.Chart | Any:
-    """Which runs took longest and which cost most? The ``n`` slowest runs by charged wall
-    time and the ``n`` most expensive by known cost, labelled readably (full id in the
-    tooltip), against the fleet's median.
+    """Which runs took longest and which cost most? The ``n`` slowest runs by wall time used
+    (the run fact ``wall_time_used_seconds``) and the ``n`` most expensive by known cost,
+    labelled readably (full id in the tooltip), against the fleet's median.
 
     >>> import polars as pl
     >>> r = pl.DataFrame({"run_dir": ["a", "b"], "run_id": ["a" * 32, "b" * 32],
-    ...     "active_wall_time_seconds": [5.0, 50.0]})
+    ...     "wall_time_used_seconds": [5.0, 50.0]})
     >>> d = top_runs(runs=r).to_dict()
     >>> [v["run_id"][:1] for v in d["hconcat"][0]["layer"][0]["data"]["values"]]
     ['b', 'a']
@@ -2023,7 +2023,7 @@ def top_runs(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
     title = "Slowest and most expensive runs"
     if runs.height == 0:
         return _empty(title, "no runs")
-    r = runs.with_columns(_col(runs, "active_wall_time_seconds", pl.Float64).alias("wall_s"),
+    r = runs.with_columns(_col(runs, "wall_time_used_seconds", pl.Float64).alias("wall_s"),
                           _col(runs, "run_id", pl.Utf8).alias("run_id"))
     if _has(usage, "run_dir", "total_cost") and usage is not None:
         r = r.join(usage.group_by("run_dir", maintain_order=True).agg(pl.col("total_cost").sum().alias("cost"),
@@ -2031,8 +2031,8 @@ def top_runs(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
                    on="run_dir", how="left")
     else:
         r = r.with_columns(pl.lit(None, pl.Float64).alias("cost"))
-    r = r.join(run_labels(r), on="run_dir", how="left", suffix="_l").join(
-        outcomes(r), on="run_dir", how="left")
+    r = r.join(run_labels(r), on="run_dir", how="left", suffix="_l").drop(
+        "outcome", strict=False).join(outcomes(r), on="run_dir", how="left")
 
     def panel(col: str, what: str, fmt: str) -> Any:
         have = r.filter(pl.col(col).is_not_null())
@@ -2059,7 +2059,7 @@ def top_runs(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
             title=alt.TitleParams(what, subtitle=f"top {top.height} of {have.height}; "
                                   "dashed: fleet median", anchor="start"))
 
-    return with_focus(alt.hconcat(panel("wall_s", "charged wall seconds", ",.1f"),
+    return with_focus(alt.hconcat(panel("wall_s", "wall seconds used", ",.1f"),
                                   panel("cost", "known cost (USD)", "$.4f")).properties(
         title=alt.TitleParams(title, anchor="start")))
 

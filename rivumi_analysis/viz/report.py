@@ -64,11 +64,11 @@ CHART_SECTIONS: list[tuple[str, str, str, Callable[[Tables], Any]]] = [
      "how many there are.",
      lambda t: C.cost_by_model(runs=t["runs"], usage=t.get("usage"))),
     ("tasks", "Success rate and cost per task kind",
-     "Per task kind: the share of finished runs that completed, the median cost per run and "
+     "Per task kind: the share of ended runs that completed, the median cost per run and "
      "the number of runs.",
      lambda t: C.task_kinds(runs=t["runs"], usage=t.get("usage"))),
     ("top", "Slowest and most expensive runs",
-     "The runs with the most charged wall time and the highest known cost, coloured by "
+     "The runs with the most wall time used and the highest known cost, coloured by "
      "outcome, against the fleet median (dashed). Hover for the full run id.",
      lambda t: C.top_runs(runs=t["runs"], usage=t.get("usage"))),
     ("tools", "Tool error rates",
@@ -77,8 +77,9 @@ CHART_SECTIONS: list[tuple[str, str, str, Callable[[Tables], Any]]] = [
      lambda t: C.tool_error_rates(t.get("tool_calls"))),
     ("fleet", "Fleet overview",
      "Runs by resume verdict, kind and terminal reason (all runs), then steps against tokens "
-     "per run (size = charged wall time) and the distribution of charged wall time. Click a "
-     "verdict in the legend to highlight its runs.",
+     "per run (size = wall time used; drawn from the runs that have steps and tokens, the "
+     "others counted) and the distribution of wall time used. Click a verdict in the legend "
+     "to highlight its runs.",
      lambda t: C.fleet_overview(t["runs"])),
     ("timeline", "Step timelines",
      "One row per run on a wall-clock axis (seconds since the run started): model calls, tool "
@@ -193,7 +194,8 @@ def _store_tables(paths: Sequence[str], *, max_depth: int, store_dir: str | None
     from ..store import local_executor, open_store
     from ..store.loaders import scan_table
 
-    n = len(discover(list(paths), max_depth=max_depth).runs)
+    found = discover(list(paths), max_depth=max_depth)
+    n = len(found.runs)
     if n == 0:
         return None
     progress("reading runs", 0, n)
@@ -227,6 +229,9 @@ def _store_tables(paths: Sequence[str], *, max_depth: int, store_dir: str | None
                 lf = lf.select(FLEET_COLUMNS[t])
             out[t] = _ordered(lf.collect(), t, rank)
         progress("reading tables", len(REPORT_TABLES), len(REPORT_TABLES))
+        unread = _unread_runs(found.skipped)
+        if unread is not None:  # a folder that cannot be listed is a row, as in runs_df
+            out["runs"] = pl.concat([out["runs"], unread]).sort("run_dir", maintain_order=True)
     except (StoreError, pl.exceptions.PolarsError, OSError) as exc:
         print(f"rivumi-analysis report: warning: the store could not be used "
               f"({type(exc).__name__}: {exc}); loading in memory", file=sys.stderr)
@@ -242,6 +247,15 @@ def _store_tables(paths: Sequence[str], *, max_depth: int, store_dir: str | None
     stats = opened.store.last_stats
     out.store_read = stats.reread if stats is not None else 0
     return out
+
+
+def _unread_runs(skipped: Sequence[Any]) -> pl.DataFrame | None:
+    """``runs_df`` rows of the folders discovery could not list (None: there is none)."""
+    from ..tables._common import frame
+    from ..tables.runs import skipped_rows
+
+    rows = skipped_rows(skipped)
+    return frame(rows, "RunsSchema") if rows else None
 
 
 def load_tables(paths: Sequence[str], *, max_depth: int = 8,
@@ -458,22 +472,23 @@ RUN_PAGES_CAP = 12
 
 def notable_runs(tables: Tables, cap: int = RUN_PAGES_CAP) -> list[str]:
     """The runs that get a page in the fleet report, at most ``cap``: for every outcome that
-    is not a completion (failures by reason, cancelled, crashed / unfinished, live, fork), its
-    run with the most charged wall time; then the slowest and the most expensive runs of the
+    is not a completion (failures by reason, cancelled, interrupted, crashed, live, fork), its
+    run with the most wall time used; then the slowest and the most expensive runs of the
     fleet; then the runs the other charts put first (:func:`charts.pick_runs`).
 
     >>> import polars as pl
-    >>> r = pl.DataFrame({"run_dir": list("abc"), "result_status": ["completed", "failed", None],
+    >>> r = pl.DataFrame({"run_dir": list("abc"), "outcome": ["completed", "failed", "crashed"],
     ...     "terminal_reason": ["verified", "max_steps_exceeded", None],
-    ...     "active_wall_time_seconds": [9.0, 1.0, 2.0]})
+    ...     "wall_time_used_seconds": [9.0, 1.0, 2.0]})
     >>> notable_runs({"runs": r, "usage": None})
     ['b', 'c', 'a']
     """
     runs = tables["runs"]
     if runs is None or runs.height == 0 or cap <= 0:
         return []
-    r = runs.join(C.outcomes(runs), on="run_dir", how="left").with_columns(
-        C._col(runs, "active_wall_time_seconds", pl.Float64).fill_null(-1.0).alias("_w"))
+    r = runs.drop("outcome", strict=False).join(C.outcomes(runs), on="run_dir",
+                                                how="left").with_columns(
+        C._col(runs, "wall_time_used_seconds", pl.Float64).fill_null(-1.0).alias("_w"))
     order = {o: i for i, o in enumerate(C.OUTCOME_ORDER)}
     picked: list[str] = []
     firsts = (r.filter(~pl.col("outcome").str.starts_with("completed"))
@@ -490,7 +505,7 @@ def notable_runs(tables: Tables, cap: int = RUN_PAGES_CAP) -> list[str]:
                                                         descending=[True, False]))
         if cost.height:
             picked.append(cost["run_dir"][0])
-    picked += C.pick_runs(runs, cap, size="active_wall_time_seconds", ordered=True
+    picked += C.pick_runs(runs, cap, size="wall_time_used_seconds", ordered=True
                           )["run_dir"].to_list()
     return list(dict.fromkeys(picked))[:cap]
 
@@ -522,10 +537,97 @@ def run_pages(tables: Tables, *, sources: Sequence[str], redact: bool = False,
                 for i, rd in enumerate(chosen, 1)]
 
 
+def outcome_cards(runs: pl.DataFrame) -> list[tuple[str, str]]:
+    """The headline cards of the run facts: one per outcome present (they add up to the
+    runs), then the success rate (completed among the runs that ended) with its counts.
+
+    >>> outcome_cards(pl.DataFrame({"outcome": ["completed", "crashed", "failed"]}))
+    [('1', 'completed'), ('1', 'failed'), ('1', 'crashed'), ('50%', 'success: 1 completed of 2 ended')]
+    """
+    from ..errors import OUTCOMES
+    from ..tables.facts import TERMINAL_OUTCOMES
+
+    if "outcome" not in runs.columns:
+        return []
+    counts = dict(runs.group_by("outcome").len().iter_rows())
+    cards = [(str(counts[o]), o) for o in OUTCOMES if counts.get(o)]
+    ended = sum(counts.get(o, 0) for o in TERMINAL_OUTCOMES)
+    done = counts.get("completed", 0)
+    if ended:
+        cards.append((f"{done / ended:.0%}", f"success: {done} completed of {ended} ended"))
+    return cards
+
+
+def facts_note(runs: pl.DataFrame) -> str:
+    """The closing note: each run fact's definition (``tables.facts.FACT_DEFINITIONS``, as
+    the data dictionary says) and where this report's values came from."""
+    from ..tables.facts import FACT_DEFINITIONS
+
+    src_cols = {"outcome": "outcome_source", "terminal_reason": "terminal_reason_source",
+                "step": "step_source", "total_tokens": "tokens_source",
+                "provider_name": "provider_source", "wall_time_used_seconds": "wall_time_source",
+                "started_at": "times_source"}
+    rows = []
+    for fact, text in FACT_DEFINITIONS.items():
+        col = src_cols.get(fact)
+        where = ""
+        if col is not None and col in runs.columns:
+            counts = (runs.group_by(col).len().sort(["len", col], descending=[True, False],
+                                                   nulls_last=True).iter_rows())
+            where = ", ".join(f"{src or 'unknown'} {n}" for src, n in counts)
+        rows.append(f"<tr><th><code>{_e(fact)}</code></th><td>{_e(text)}</td>"
+                    f"<td>{_e(where)}</td></tr>")
+    return ('<section id="sec-facts"><h2>Run facts</h2><p class="what">How each run fact '
+            "is defined (events.jsonl first; session.json, result.json and checkpoint.json "
+            "cross-check it: a disagreement is the warning fact_disagrees and a drift_df row), "
+            "and where this report's values came from (runs per source).</p>"
+            '<div class="tablewrap"><table><thead><tr><th>fact</th><th>definition</th>'
+            f"<th>source (runs)</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+            "</section>")
+
+
+def groups_html(groups: pl.DataFrame) -> str:
+    """The group comparison section (``report --group-by``): per group, runs and outcome
+    counts, success rate with its 95 % Wilson interval, tokens, cost (known share), wall
+    time and steps."""
+    key = groups.columns[0]
+
+    def pct(v: Any) -> str:
+        return "" if v is None else f"{v:.0%}"
+
+    def num(v: Any, fmt: str = ",.0f") -> str:
+        return "" if v is None else format(v, fmt)
+
+    heads = (key, "runs", "completed", "failed", "cancelled", "crashed / interrupted",
+             "other", "success (95 % CI)", "median tokens (known)", "cost (known share)",
+             "median wall s", "median steps")
+    body = []
+    for g in groups.iter_rows(named=True):
+        other = g["live"] + g["fork_not_run"] + g["unreadable"]
+        ci = (f"{pct(g['success_rate'])} ({pct(g['success_rate_low'])}–"
+              f"{pct(g['success_rate_high'])}) of {g['ended']}" if g["ended"] else "no run ended")
+        cost = (f"${num(g['cost_total'], ',.2f')} ({pct(g['cost_known_share'])} of runs)"
+                if g["cost_known_runs"] else f"unknown ({g['runs']} runs)")
+        cells = (g[key], g["runs"], g["completed"], g["failed"], g["cancelled"],
+                 g["crashed"] + g["interrupted"], other, ci,
+                 f"{num(g['tokens_median'])} ({g['tokens_known']})", cost,
+                 num(g["wall_time_median"], ",.1f"), num(g["steps_median"], ",.1f"))
+        body.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    return (f'<section id="sec-groups"><h2>Groups by {_e(key)}</h2><p class="what">One row '
+            "per value of the column (compare_groups): outcome counts (they add up to the "
+            "runs), the success rate among the runs that ended with its 95 % Wilson interval, "
+            "the median of each run fact over the runs that have it, and cost summed over the "
+            "runs whose every model call has a cost.</p>"
+            '<div class="tablewrap"><table><thead><tr>'
+            + "".join(f"<th>{_e(h)}</th>" for h in heads)
+            + f"</tr></thead><tbody>{''.join(body)}</tbody></table></div></section>")
+
+
 def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
                 charts: Mapping[str, Any] | None = None,
                 generated: datetime | None = None, relay: Any = None,
-                pages: Sequence[Any] | None = None) -> str:
+                pages: Sequence[Any] | None = None,
+                groups: pl.DataFrame | None = None) -> str:
     """The whole report as one HTML string (no external references).
 
     Args:
@@ -536,6 +638,8 @@ def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
         generated: timestamp shown in the header (default: now, UTC).
         relay: the relayflowd section (``relay.report.relay_section``), or None.
         pages: the run pages (default: :func:`run_pages`; ``[]`` for none).
+        groups: a :func:`~rivumi_analysis.tables.groups.compare_groups` table, shown as
+            its own section (``report --group-by``), or None.
     """
     if redact:
         tables = redact_tables(tables)
@@ -554,15 +658,16 @@ def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
         specs.update({key: _spec(chart) for key, chart in p.charts.items()})
     verdicts = runs.group_by("verdict", maintain_order=True).len().sort("len", descending=True)
     q = tables.get("quarantine")
-    cards = [(str(runs.height), "runs")]
+    cards = [(str(runs.height), "runs")] + outcome_cards(runs)
     cards += [(str(n), f"verdict {v}") for v, n in verdicts.iter_rows()]
     cards.append((str(int(runs["events"].sum() or 0)), "events"))
     cards.append((str(q.height if q is not None else 0), "quarantined lines"))
     src_text = (", ".join(os.path.basename(os.path.normpath(s)) or s for s in sources)
                 if redact else ", ".join(sources))
     nav = "".join(f'<a href="#sec-{k}">{_e(t)}</a>' for k, t, *_ in CHART_SECTIONS)
+    nav += '<a href="#sec-groups">Groups</a>' if groups is not None else ""
     nav += '<a href="#sec-reasons">Verdict reasons</a><a href="#sec-audit">Audit table</a>'
-    nav += '<a href="#sec-quarantine">Quarantine</a>'
+    nav += '<a href="#sec-quarantine">Quarantine</a><a href="#sec-facts">Run facts</a>'
     nav += '<a href="#sec-runs">Run pages</a>' if pages else ""
     nav += '<a href="#sec-relay">relayflowd journals</a>' if relay is not None else ""
     sections = "".join(
@@ -575,8 +680,8 @@ def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
         index = "".join(f'<li><a href="#{p.anchor}">{_e(p.label)}</a></li>' for p in pages)
         runs_html = (f'<section id="sec-runs"><h2>Run pages</h2><p class="what">{len(pages)} '
                      f"of {runs.height} runs have a page here (cap {RUN_PAGES_CAP}): for each "
-                     "outcome that is not a completion, its run with the most charged wall "
-                     "time, then the slowest and the most expensive run. Any run's page: "
+                     "outcome that is not a completion, its run with the most wall time "
+                     "used, then the slowest and the most expensive run. Any run's page: "
                      "<code>rivumi-analysis report RUN_DIR</code>; two runs side by side: "
                      "<code>rivumi-analysis report --compare A B</code>.</p>"
                      f'<ul class="runindex">{index}</ul></section>'
@@ -585,6 +690,7 @@ def render_html(tables: Tables, *, sources: Sequence[str], redact: bool = False,
                             for a, b in cards)}</div>
 <nav>{nav}</nav>
 {sections}
+{groups_html(groups) if groups is not None else ""}
 <section id="sec-reasons"><h2>Verdict reasons</h2><p class="what">Every reason and warning
 code found, how many runs carry it, under which verdicts, and what it means.</p>
 {_reasons_table(runs)}</section>
@@ -596,6 +702,7 @@ as events, with the reason code{"" if redact else ", the loader's message and th
 {_quarantine_table(q, sources, redact)}</section>
 {relay_html}
 {runs_html}
+{facts_note(runs)}
 <footer>Charts cap the runs they draw (most notable first); counts and distributions use every
 run. Rendered offline with inlined Vega, Vega-Lite and vega-embed.</footer>"""
     return _page("Rivumi run audit report", f"{runs.height} run(s) from {src_text}", body,
@@ -648,7 +755,8 @@ class ReportResult:
 def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
                  redact: bool = False, max_depth: int = 8,
                  progress: Progress | None = None, run_page: bool | None = None,
-                 store: bool | None = None, store_dir: str | None = None) -> ReportResult:
+                 store: bool | None = None, store_dir: str | None = None,
+                 group_by: str | None = None) -> ReportResult:
     """Load ``paths``, build every chart and write the self-contained report to ``out``.
 
     One PATH that is itself a run directory (``rivumi-analysis report RUN_DIR``) gives that
@@ -660,11 +768,13 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
     A fleet report reads its tables through the Parquet store (``store=None``: unless
     ``$RIVUMI_ANALYSIS_STORE=0``; ``store_dir``: its folder), so a second report of the same
     runs reads only what changed; ``store=False`` loads in memory. A run's page loads in
-    memory.
+    memory. ``group_by``: a ``runs_df`` column; the report then compares its groups
+    (:func:`~rivumi_analysis.tables.groups.compare_groups`).
 
     Raises:
         SourceError: a PATH is missing, or (code ``no_runs``) no run was found below them;
             nothing is written then.
+        ValueError: ``group_by`` is not a ``runs_df`` column.
 
     >>> import tempfile, os
     >>> with tempfile.TemporaryDirectory() as d:
@@ -703,6 +813,11 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
         return ReportResult(path=out, bytes=os.path.getsize(out), runs=runs.height,
                             charts=len(page.charts), images=images,
                             seconds=time.perf_counter() - t0)
+    groups = None
+    if group_by is not None:
+        from ..tables.groups import compare_groups
+
+        groups = compare_groups(runs, by=group_by, usage=tables.get("usage"))
     charts = build_charts(tables, progress=progress)
     from ..relay.report import relay_section  # relayflowd journals under the PATHs (issue 14)
 
@@ -712,7 +827,7 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
     pages = run_pages(tables, sources=paths, redact=redact, detail=loaded.detail)
     progress("writing html", 0, 1)
     text = render_html(tables, sources=paths, redact=redact, charts=charts, relay=relay,
-                       pages=pages)
+                       pages=pages, groups=groups)
     _atomic_write_text(out, text)
     progress("writing html", 1, 1)
     images: list[str] = []

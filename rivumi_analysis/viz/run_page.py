@@ -303,6 +303,12 @@ def _num(v: Any, fmt: str = ",") -> str:
         return _e(v)
 
 
+def _source(run: Mapping[str, Any], column: str) -> str:
+    """`` <span>from FILE</span>``: where a run fact came from (``tables.facts``)."""
+    src = run.get(column)
+    return f' <span class="muted">from {_e(src)}</span>' if src else ""
+
+
 def _summary_html(run: Mapping[str, Any], sources: Sequence[str], redact: bool,
                   outcome: str | None, quarantined: int) -> str:
     codes = []
@@ -316,19 +322,29 @@ def _summary_html(run: Mapping[str, Any], sources: Sequence[str], redact: bool,
             ("run id", f"<code>{_e(run.get('run_id'))}</code>"),
             ("kind", _e(run.get("kind"))),
             ("verdict", _verdict_badge(run.get("verdict"))),
-            ("outcome", _e(outcome)),
-            ("terminal reason", _e(run.get("terminal_reason"))),
+            ("outcome", _e(outcome) + _source(run, "outcome_source")),
+            ("terminal reason", _e(run.get("terminal_reason"))
+             + _source(run, "terminal_reason_source")),
             ("started / ended", f"{_e(run.get('started_at'))} → {_e(run.get('ended_at'))}"),
             ("events / quarantined lines",
              f"{_num(run.get('events'))} / {_num(quarantined)}"),
-            ("steps (max)", f"{_num(run.get('step'))} ({_num(run.get('max_steps'))})"),
+            ("steps (max)", f"{_num(run.get('step'))} ({_num(run.get('max_steps'))})"
+             + _source(run, "step_source")),
             ("tokens (budget)",
-             f"{_num(run.get('total_tokens'))} ({_num(run.get('max_total_tokens'))})"),
+             f"{_num(run.get('total_tokens'))} ({_num(run.get('max_total_tokens'))})"
+             + _source(run, "tokens_source")),
+            ("tokens by lane", f"primary {_num(run.get('primary_tokens'))} · reviewer "
+             f"{_num(run.get('reviewer_tokens'))} · wind-down "
+             f"{_num(run.get('wind_down_tokens'))}"),
+            ("wall s used (last turn)", f"{_num(run.get('wall_time_used_seconds'), ',.1f')}"
+             + _source(run, "wall_time_source")),
             ("charged wall s (budget)",
              f"{_num(run.get('active_wall_time_seconds'), ',.1f')} "
              f"({_num(run.get('wall_time_seconds'), ',.0f')})")]
     if not redact:
-        rows += [("model", _e(run.get("model_id"))), ("message", _e(run.get("message"))),
+        rows += [("provider / model", f"{_e(run.get('provider_name'))} / "
+                  f"{_e(run.get('model_id'))}" + _source(run, "provider_source")),
+                 ("message", _e(run.get("message"))),
                  ("replay error", _e(run.get("replay_error")))]
         if run.get("parent_run_dir"):
             rows.append(("parent run", _e(run.get("parent_run_dir"))))
@@ -694,6 +710,7 @@ _SIDE_FIELDS = (("kind", "kind"), ("verdict", "verdict"), ("terminal_reason", "t
                 ("quarantined_lines", "quarantined lines"), ("step", "steps"),
                 ("max_steps", "max steps"), ("total_tokens", "tokens"),
                 ("max_total_tokens", "token budget"),
+                ("wall_time_used_seconds", "wall s used"),
                 ("active_wall_time_seconds", "charged wall s"),
                 ("wall_time_seconds", "wall-time budget s"))
 
