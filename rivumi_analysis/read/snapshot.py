@@ -58,7 +58,9 @@ _DOC_DECODER = msgspec.json.Decoder()
 
 _NOT_READ = FileRead("not_read")
 _NOT_FOR_COLUMNS = frozenset({"request.json", "result.json"})
-_NOT_FOR_STATES = frozenset({"result.json"})  # states need the limits in request.json
+# states need the limits in request.json, and drift's run-fact cross-checks result.json
+# (``tables.facts``)
+_NOT_FOR_STATES: frozenset[str] = frozenset()
 
 ATOMIC_WRITE_TARGETS = frozenset({
     "session.json", "request.json", "checkpoint.json", "result.json", "verification.json",
@@ -298,18 +300,25 @@ def _parse_json_doc(fr: FileRead) -> tuple[Any, str | None]:
 
 
 class _CheckpointKeys(msgspec.Struct):
-    """What the audit reads of ``checkpoint.json`` (``_kind``, ``_run_id``)."""
+    """What the audit reads of ``checkpoint.json`` (``_kind``, ``_run_id``) and the run facts
+    cross-check (``tables.facts``: status, step, usage)."""
 
     backend_name: Any = msgspec.UNSET
     resumable: Any = msgspec.UNSET
     run_id: Any = msgspec.UNSET
+    status: Any = msgspec.UNSET
+    step: Any = msgspec.UNSET
+    usage: Any = msgspec.UNSET
 
 
 class _ResultKeys(msgspec.Struct):
-    """What the audit reads of ``result.json`` (``resume``'s result rules, the record)."""
+    """What the audit reads of ``result.json`` (``resume``'s result rules, the record) and
+    the run facts (``tables.facts``: usage and the per-lane ``model_usage``)."""
 
     status: Any = msgspec.UNSET
     terminal_reason: Any = msgspec.UNSET
+    usage: Any = msgspec.UNSET
+    model_usage: Any = msgspec.UNSET
 
 
 _AUDIT_DOCS = {"checkpoint.json": (msgspec.json.Decoder(_CheckpointKeys),

@@ -332,6 +332,7 @@ def _with_paths(doc: dict[str, Any], f: Callable[[Any], Any]) -> dict[str, Any]:
             "discovery": None if doc.get("discovery") is None else {
                 **doc["discovery"], "tops": [f(t) for t in doc["discovery"]["tops"]],
                 "folders": [[f(x[0]), *x[1:]] for x in doc["discovery"]["folders"]],
+                "unreadable": [f(x) for x in doc["discovery"].get("unreadable", [])],
                 "runs": [[ident, [f(n) for n in names]]
                          for ident, names in doc["discovery"]["runs"]]}}
 
@@ -1215,9 +1216,13 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
             else:
                 listings = {}
                 folders: list[str] = []
-                locs = discover(source, max_depth=max_depth, listings=listings,
-                                folders=folders).runs
+                found = discover(source, max_depth=max_depth, listings=listings,
+                                 folders=folders)
+                locs = found.runs
                 memo = _discovery_memo(tops, max_depth, locs, listings, folders, t0)
+                if memo is not None:  # runs_df has a row for each (issue 29)
+                    memo["unreadable"] = sorted(s.path for s in found.skipped
+                                                if s.reason == "unreadable")
             if (light and m0 is not None and not verify and not compact
                     and _light_fresh(store, m0, current[1], locs, listings)):
                 m = m0  # served as the nothing-changed path serves it: nothing written

@@ -43,6 +43,8 @@ def _read(store: Any, m: Any, tables: tuple[str, ...] | list[str],
     """The tables of one manifest, as a cold load orders them (``strict``: the
     ``QuarantineError`` to raise when the fleet has quarantined lines)."""
     out = {t: read_table(store, m, t) for t in tables}
+    if "runs" in out:
+        out["runs"] = _with_unread(out["runs"], m)
     if strict:
         q = out.get("quarantine")
         if q is None:
@@ -50,6 +52,31 @@ def _read(store: Any, m: Any, tables: tuple[str, ...] | list[str],
         if q.height:
             return QuarantineError(read_table(store, m, "quarantine"))
     return out
+
+
+def _with_unread(runs: pl.DataFrame, m: Any) -> pl.DataFrame:
+    """``runs`` with a row for each folder the store's discovery could not list, as a cold
+    ``runs_df`` has (recorded with the discovery; a manifest without a discovery record
+    discovers its sources again)."""
+    from ..read.discovery import Skipped, discover
+    from ..tables._common import frame
+    from ..tables.runs import skipped_rows
+
+    memo = m.discovery
+    if memo is not None and "unreadable" in memo:
+        skipped = [Skipped(p, "unreadable") for p in memo["unreadable"]]
+    elif memo is None:
+        import warnings
+
+        with warnings.catch_warnings():  # (the store's own discovery warned already)
+            warnings.simplefilter("ignore")
+            skipped = discover(m.sources, max_depth=m.max_depth).skipped
+    else:  # a discovery recorded before unreadable folders were (an older store)
+        skipped = []
+    rows = skipped_rows(skipped)
+    if not rows:
+        return runs
+    return pl.concat([runs, frame(rows, "RunsSchema")]).sort("run_dir", maintain_order=True)
 
 
 def load_tables(tables: tuple[str, ...] | list[str], source: Any, *, strict: bool = False,
