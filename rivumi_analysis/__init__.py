@@ -27,6 +27,7 @@ _LAZY = {
     "audit_run": "rivumi_analysis.audit",
     "load_fleet": "rivumi_analysis.read.snapshot",
     "show_run": "rivumi_analysis.viz.notebook",
+    "compare_groups": "rivumi_analysis.tables.groups",
 }
 
 __all__ = ["__version__", *_LAZY]
