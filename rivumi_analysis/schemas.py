@@ -209,7 +209,9 @@ class RunsSchema(_Base):
         "summary or a call that crossed the token budget (neither has a usage event), from "
         "the model_usage records, else usage.total_tokens of result.json, checkpoint.json "
         "or session.json; null when none has it. Where it came from: tokens_source. "
-        "Subagents are not included (sum their rows).",
+        "Equals the run's sum of usage_df.total_tokens when usage reconciles; larger than "
+        "the run's sum of model_calls_df.total_tokens by the wind-down, reviewer and "
+        "budget-crossing calls. Subagents are not included (sum their rows).",
         "events.jsonl model.completed + role_lane.completed data.usage (§9.1)", nullable=True)
     active_wall_time_seconds: pl.Float64 = _col(
         "Wall time the runner charged against the budget (§10.3): M4-era runners count the "

@@ -182,6 +182,7 @@ def test_fork_points_links_and_safe_points(tables):
                          "kind": ["native", "fork", "native"],
                          "verdict": ["terminal", "not_resumable", "resumable"],
                          "terminal_reason": ["verified", None, None],
+                         "outcome": ["completed", "fork_not_run", "crashed"],
                          "terminal": [True, False, False], "last_sequence": [40, 0, 9]})
     forks = pl.DataFrame({
         "row_kind": ["fork_link", "candidate", "candidate"], "run_dir": ["f", "x", "x"],
