@@ -235,10 +235,10 @@ def _replay_rows(rr: RunReplay) -> list[tuple[Any, ...]]:
             + _fact_rows(run))
 
 
-def _fact_rows(run: RunData) -> list[tuple[Any, ...]]:
+def _fact_rows(run: RunData, checked: bool = False) -> list[tuple[Any, ...]]:
     """The drift rows of ``run``'s fact disagreements (:func:`~.facts.fact_drift_rows`)."""
     return fact_drift_rows(run.run_dir, run.run_id, run.kind,
-                           run_facts(run)["fact_disagreements"])
+                           run_facts(run, checked=checked)["fact_disagreements"])
 
 
 def rows_of(run_dir: str, run_id: str | None, kind: str, man: Any,
@@ -337,8 +337,9 @@ _MANIFEST_KEYS = ("step", "repeat_count", "last_action_fingerprint", "usage",
 
 def drift_manifest(run: RunData) -> tuple[dict[str, Any] | None, list[tuple[Any, ...]]]:
     """What a run's drift rows read, so a worker process sends back little: the part of its
-    parsed ``session.json`` (:func:`manifest_part`) and the rows of its fact disagreements."""
-    return manifest_part(run.manifest), _fact_rows(run)
+    parsed ``session.json`` (:func:`manifest_part`) and the rows of its fact disagreements
+    (a chunk's run still read for columns passed its batch checks: ``states._with_columns``)."""
+    return manifest_part(run.manifest), _fact_rows(run, checked=True)
 
 
 def manifest_part(manifest: Any) -> dict[str, Any] | None:

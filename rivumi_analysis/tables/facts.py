@@ -86,21 +86,25 @@ def _doc(v: Any) -> Mapping[str, Any] | None:
     return v if isinstance(v, Mapping) else None
 
 
-def _log(run: RunData) -> list[tuple[str, Mapping[str, Any], datetime | None, int]]:
+def _log(run: RunData, checked: bool = False,
+         ) -> list[tuple[str, Mapping[str, Any], datetime | None, int]]:
     """``(event_type, data, created_at, sequence)`` of each accepted event, in log order,
-    whichever way the run was read (events, a clean log's columns, or a columnar decode)."""
+    whichever way the run was read (events, a clean log's columns, or a columnar decode:
+    used as it is when ``checked``, its batch checks passed, else read exactly)."""
     if run.events or run.fast is None:
         return [(e.event_type, e.data, e.created_at, e.sequence) for e in run.events]
     from ..read.cleanlog import CleanLog
+    from ..read.decode import parse_created_at
 
     fast = run.fast
     if isinstance(fast, CleanLog):
-        from ..read.decode import parse_created_at
-
         return [(t, d if isinstance(d, Mapping) else {}, parse_created_at(c)[0]
                  if isinstance(c, str) else None, q)
                 for t, d, c, q in zip(fast.event_types, fast.objects, fast.created_ats,
                                       fast.sequences, strict=True)]
+    if checked:  # a clean log (tables._common.is_clean): the exact reading's events
+        return [(e.event_type, d, parse_created_at(e.created_at)[0], e.sequence)
+                for e, d in zip(fast.envelopes, fast.objects, strict=True)]
     from ..read.snapshot import exact_run
 
     return [(e.event_type, e.data, e.created_at, e.sequence) for e in exact_run(run).events]
@@ -134,16 +138,18 @@ def unread_facts(reason: str) -> dict[str, Any]:
     return out
 
 
-def run_facts(run: RunData) -> dict[str, Any]:
+def run_facts(run: RunData, *, checked: bool = False) -> dict[str, Any]:
     """Every run fact of ``run`` with its source, and the log's disagreements with the
     run's other files (:data:`FACT_COLUMNS`; :data:`FACT_DEFINITIONS` says what each is).
 
     ``fact_disagreements`` holds ``(fact, file, log value, file value, explanation)`` tuples
     (:func:`fact_drift_rows` makes them ``drift_df`` rows; ``explanation`` names the spec
-    rule that accounts for the difference, or is None).
+    rule that accounts for the difference, or is None). ``checked``: a run read for
+    columns whose batch checks passed (``tables.states``' chunks): its decode is used as
+    the exact reading's events.
     """
     man, res, chk = _doc(run.manifest), _doc(run.result), _doc(run.checkpoint)
-    log = _log(run)
+    log = _log(run, checked)
     out: dict[str, Any] = dict.fromkeys(FACT_COLUMNS)
     dis: list[tuple[str, str, Any, Any, str | None]] = []
     out["fact_disagreements"] = dis
