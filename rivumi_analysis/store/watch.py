@@ -100,14 +100,12 @@ def _int(v: Any) -> int | None:
 def view_of(run: RunData) -> RunView:
     """The watch view of one freshly read run."""
     from ..resume import decide
+    from ..tables.facts import run_facts
 
     m = run.manifest or {}
     limits = (run.request or {}).get("limits") if isinstance(run.request, dict) else None
     limits = limits if isinstance(limits, dict) else {}
-    usage = m.get("usage") if isinstance(m.get("usage"), dict) else {}
-    tokens = _int(usage.get("total_tokens"))
-    if tokens is None and usage:
-        tokens = (_int(usage.get("input_tokens")) or 0) + (_int(usage.get("output_tokens")) or 0)
+    facts = run_facts(run)  # steps and tokens: the run facts (log first)
     try:
         st = os.lstat(os.path.join(run.run_dir, "events.jsonl"))
         last = st.st_mtime
@@ -117,10 +115,10 @@ def view_of(run: RunData) -> RunView:
     data = run.events_bytes or b""
     return RunView(
         run_dir=run.run_dir, run_id=run.run_id, live=run.writer_active,
-        step=_int(m.get("step")), max_steps=_int(limits.get("max_steps")), last_append=last,
+        step=facts["step"], max_steps=_int(limits.get("max_steps")), last_append=last,
         repeat_count=_int(m.get("repeat_count")), repeat_trip=REPEAT_TRIP,
         wall_seconds=_num(m.get("active_wall_time_seconds")),
-        wall_limit=_num(limits.get("wall_time_seconds")), tokens=tokens,
+        wall_limit=_num(limits.get("wall_time_seconds")), tokens=facts["total_tokens"],
         token_limit=_int(limits.get("max_total_tokens")), verdict=v.verdict,
         reasons=tuple(v.reasons), torn_tail=bool(data) and not data.endswith(b"\n"),
         events=len(run.events))
