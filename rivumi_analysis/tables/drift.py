@@ -13,7 +13,8 @@ reconciles the log with the manifest:
   ``events_rejected``,
   ``usage_includes_unlogged_lanes``, ``usage_includes_budget_crossing_call``,
   ``fingerprint_unknown``, ``read_only_batch_lookahead``, ``phase_changes_unlogged``,
-  ``terminal_event_unlogged``); null with ``unexplained=True`` when none does.
+  ``terminal_event_unlogged``, ``log_lines_quarantined``); null with ``unexplained=True``
+  when none does.
 
 A clean run shows no unexplained drift. Runs without a manifest (external runs, missing or
 invalid ``session.json``) have no such rows.
@@ -81,6 +82,7 @@ EXPLANATIONS: Mapping[str, str] = {
     "clock_running_at_crash": "the run stopped with the clock running; the manifest base excludes the last segment (§10.3)",
     "phase_changes_unlogged": "the manifest phase moved (preparing/running) without an event (§6.1)",
     "terminal_event_unlogged": "the terminal checkpoint.json is written just before the run.* event; the process stopped between the two (§1.3)",
+    "log_lines_quarantined": "the log has lines that are not accepted events (torn, invalid): a fact read from the log misses what they held",
 }
 
 _SCHEMA = {

@@ -32,11 +32,6 @@ from ..read.snapshot import RunData
 __all__ = ["FACT_COLUMNS", "FACT_DEFINITIONS", "OUTCOMES", "SOURCES", "TERMINAL_OUTCOMES",
            "OUTCOME_GROUPS", "fact_drift_rows", "outcome_group", "run_facts", "unread_facts"]
 
-OUTCOMES: tuple[str, ...] = (
-    "completed", "failed", "cancelled", "interrupted", "crashed", "live", "fork_not_run",
-    "unreadable")
-"""Every value of ``runs_df.outcome``, in report order."""
-
 TERMINAL_OUTCOMES: tuple[str, ...] = ("completed", "failed", "cancelled")
 """The outcomes of a run that ended (a terminal ``run.*`` event, or ``result.json`` for an
 external run): the denominator of a success rate."""
@@ -211,27 +206,29 @@ def run_facts(run: RunData, *, checked: bool = False) -> dict[str, Any]:
         out.update(outcome="crashed", outcome_source="events.jsonl")
 
     # cross-checks of the outcome (result.json and a terminal checkpoint are written only at
-    # the end of a turn: a later turn that did not end makes them stale, not wrong)
+    # the end of a turn: a later turn that did not end makes them stale, not wrong). The
+    # log's side is what the log says, whatever else was read (the writer lock is not read
+    # for every table)
     later_turn = turn_i > term_i >= 0
+    logged = status or "no terminal event"
+    ahead = (man is not None and type(man.get("last_event_sequence")) is int
+             and last_seq is not None and man["last_event_sequence"] == last_seq + 1)
     if res is not None and run.kind != "external" and not later_turn:
         rs = res.get("status")
-        if isinstance(rs, str) and rs != (status or out["outcome"]):
-            dis.append(("outcome", "result.json", status or out["outcome"], rs, None))
+        if isinstance(rs, str) and rs != logged:
+            dis.append(("outcome", "result.json", logged, rs, None))
         rr = res.get("terminal_reason")
         if ended and isinstance(rr, str) and rr != reason:
             dis.append(("terminal_reason", "result.json", reason, rr, None))
     cs = chk.get("status") if chk else None
     chk_final = isinstance(cs, str) and cs in _TERMINAL_STATUS and run.kind != "external"
-    if chk_final and not later_turn and cs != (status or out["outcome"]):
+    if chk_final and not later_turn and cs != logged:
         # the terminal checkpoint is written just before the run.* event (§1.3)
-        dis.append(("outcome", "checkpoint.json", status or out["outcome"], cs,
+        dis.append(("outcome", "checkpoint.json", logged, cs,
                     None if ended else "terminal_event_unlogged"))
-    if man is not None and ended and man.get("terminal") is False and not run.writer_active:
-        dis.append(("outcome", "session.json", status, "not terminal", None))
-    if man is not None and not ended and man.get("terminal") is True and not later_turn:
-        ahead = (type(man.get("last_event_sequence")) is int and last_seq is not None
-                 and man["last_event_sequence"] == last_seq + 1)
-        dis.append(("outcome", "session.json", out["outcome"], man.get("phase"),
+    if man is not None and run.kind != "external" and ended != (man.get("terminal") is True) \
+            and not later_turn and isinstance(man.get("terminal"), bool):
+        dis.append(("outcome", "session.json", logged, man.get("phase"),
                     "manifest_ahead_by_one" if ahead else None))
 
     # ---- steps
@@ -284,6 +281,8 @@ def run_facts(run: RunData, *, checked: bool = False) -> dict[str, Any]:
         w = man.get("active_wall_time_seconds")
         if isinstance(w, int | float) and not isinstance(w, bool):
             out.update(wall_time_used_seconds=float(w), wall_time_source="session.json")
+    if dis and run.quarantined:  # what the quarantined lines held is missing from the log
+        dis[:] = [(f, w, a, b, why or "log_lines_quarantined") for f, w, a, b, why in dis]
     return out
 
 

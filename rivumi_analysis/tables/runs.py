@@ -9,7 +9,6 @@ import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
 from ..read.snapshot import RunData
-from .facts import run_facts, unread_facts
 from ._common import (
     Columns,
     _bool,
@@ -23,6 +22,7 @@ from ._common import (
     row_columns,
     usage_columns,
 )
+from .facts import run_facts, unread_facts
 
 
 def runs_frame(runs: Iterable[RunData]) -> pl.DataFrame:
