@@ -110,7 +110,9 @@ _REPLAYED = "rivumi_analysis.tables.replayed:replay_chunk_tables"
 _WAITS = {"charge_approval_waits": None}
 
 TABLES: dict[str, TableSpec] = {t.name: t for t in (
-    _run("runs", "run: the audit record plus manifest, request-limit and result fields",
+    _run("runs", "run: the audit record, the run facts (outcome, steps, tokens by lane, "
+         "provider, model, wall time, each with its source) plus manifest, request-limit and "
+         "result fields",
          ("run_dir",), "RunsSchema", build="rivumi_analysis.tables.runs:runs_chunk_frame",
          needs=("events",), report=True),
     _run("events", "accepted event (a line of events.jsonl that reads as an event; the others "
