@@ -480,12 +480,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             err = f"--store {store_dir}: {exc.message}"
     group_by = getattr(args, "group_by", None)
     if not err and group_by is not None:
-        from .tables._common import polars_schema
-        from .tables.groups import GROUP_ALIASES
+        from .viz.report import group_by_error
 
-        if GROUP_ALIASES.get(group_by, group_by) not in polars_schema("RunsSchema"):
-            err = (f"--group-by {group_by}: not a runs_df column (rivumi-analysis schema runs "
-                   f"lists them; also {', '.join(sorted(GROUP_ALIASES))})")
+        err = group_by_error(group_by, args.redact)
     if _report_usage_error(args, err):
         return EXIT_USAGE
     from .viz.report import write_report

@@ -49,6 +49,9 @@ REDACT_KEEP_STRINGS = frozenset({
     "effect", "decision", "outcome", "name", "tool_calls", "finish_reason",
     "failure_kind", "source", "lane", "currency", "cost_source", "rejected",
     "runner_generation", "row_kind", "field", "last_safe_before", "item", "role",
+    # where each run fact came from (tables.facts): file names and codes
+    "outcome_source", "terminal_reason_source", "step_source", "tokens_source",
+    "provider_source", "wall_time_source", "times_source",
 })
 REDACT_RELATIVE = frozenset({"run_dir", "parent_run_dir", "file"})
 # Columns named like codes but holding free text in some table.

@@ -98,6 +98,19 @@ def test_report_group_by_and_headline_counts(fleet: Path, tmp_path: Path, capsys
     assert f"<b>{n - completed}</b><span>failed</span>" in html
     assert main(["report", str(fleet), "--out", str(out), "--group-by", "nope"]) == 2
     assert "not a runs_df column" in capsys.readouterr().err
+    # --redact never shows a text column's values (model names): refused; codes are fine
+    assert main(["report", str(fleet), "--out", str(out), "--redact", "--group-by",
+                 "model"]) == 2
+    assert "--redact drops" in capsys.readouterr().err
+    assert main(["report", str(fleet), "--out", str(out), "--no-store", "--redact",
+                 "--group-by", "outcome"]) == 0
+    html = out.read_text()
+    section = html[html.index('<section id="sec-groups">'):]
+    section = section[:section.index("</section>")]
+    assert "Groups by outcome" in section and "<td>completed</td>" in section
+    for name, seed in SCRIPTS:
+        model = next(o for o in get_script(name, seed)["ops"] if o["op"] == "create")["model"]
+        assert model not in section
 
 
 def test_fleet_scatter_samples_runs_with_values_and_says_what_it_left_out() -> None:

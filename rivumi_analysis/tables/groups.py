@@ -103,7 +103,7 @@ def compare_groups(runs: Any, by: str = "model_id", *, usage: pl.DataFrame | Non
     if col not in runs.columns:
         raise ValueError(f"by must be a runs_df column (or one of {sorted(GROUP_ALIASES)}), "
                          f"not {by!r}")
-    r = runs.select("run_dir", pl.col(col),
+    r = runs.select("run_dir", pl.col(col).alias("_group"),
                     pl.col("outcome") if "outcome" in runs.columns
                     else pl.lit(None, pl.Utf8).alias("outcome"),
                     *[(pl.col(c) if c in runs.columns else pl.lit(None, dt).alias(c)).cast(dt)
@@ -118,7 +118,7 @@ def compare_groups(runs: Any, by: str = "model_id", *, usage: pl.DataFrame | Non
         r = r.with_columns(pl.lit(None, pl.Float64).alias("_cost"),
                            pl.lit(None, pl.Boolean).alias("_cost_known"))
     known = pl.col("_cost_known").fill_null(False)
-    g = r.group_by(col).agg(
+    g = r.group_by("_group").agg(
         pl.len().alias("runs"),
         *[(pl.col("outcome") == o).sum().alias(o) for o in OUTCOMES],
         pl.col("outcome").is_in(list(TERMINAL_OUTCOMES)).sum().alias("ended"),
@@ -139,17 +139,17 @@ def compare_groups(runs: Any, by: str = "model_id", *, usage: pl.DataFrame | Non
     g = g.with_columns(pl.col(c).cast(pl.Int64) for c in (
         "runs", *OUTCOMES, "ended", "_unfinished", "tokens_known", "cost_known_runs",
         "wall_time_known", "steps_known"))
-    g = g.sort(["runs", col], descending=[True, False], nulls_last=True)
+    g = g.sort(["runs", "_group"], descending=[True, False], nulls_last=True)
     for name, hits, total in (("success_rate", "completed", "ended"),
                               ("failure_rate", "failed", "ended"),
                               ("cancel_rate", "cancelled", "ended"),
                               ("unfinished_rate", "_unfinished", "runs")):
         g = _wilson_columns(g, name, hits, total, z)
-    order = [col, "runs", *OUTCOMES, "ended",
+    order = ["_group", "runs", *OUTCOMES, "ended",
              *[f"{n}{s}" for n in ("success_rate", "failure_rate", "cancel_rate",
                                    "unfinished_rate") for s in ("", "_low", "_high")],
              "tokens_known", "tokens_total", "tokens_median", "cost_known_runs",
              "cost_known_share", "cost_total", "cost_median", "wall_time_known",
              "wall_time_median", "wall_time_total", "steps_known", "steps_median",
              "steps_total"]
-    return g.select(order)
+    return g.select(order).rename({"_group": col})

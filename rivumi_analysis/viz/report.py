@@ -537,6 +537,29 @@ def run_pages(tables: Tables, *, sources: Sequence[str], redact: bool = False,
                 for i, rd in enumerate(chosen, 1)]
 
 
+def group_by_error(column: str, redact: bool) -> str | None:
+    """Why ``report --group-by column`` cannot be done (None: it can): not a ``runs_df``
+    column, or, with ``--redact``, a text column outside the redaction allowlist (its values,
+    e.g. model names or repositories, would be shown).
+
+    >>> group_by_error("kind", True), group_by_error("model", True) is not None
+    (None, True)
+    """
+    from ..export import REDACT_KEEP_STRINGS
+    from ..tables._common import polars_schema
+    from ..tables.groups import GROUP_ALIASES
+
+    col = GROUP_ALIASES.get(column, column)
+    schema = polars_schema("RunsSchema")
+    if col not in schema:
+        return (f"--group-by {column}: not a runs_df column (rivumi-analysis schema runs lists "
+                f"them; also {', '.join(sorted(GROUP_ALIASES))})")
+    if redact and schema[col] == pl.String and col not in REDACT_KEEP_STRINGS:
+        return (f"--group-by {column} with --redact: {col} holds text --redact drops; group "
+                "by a code column (kind, verdict, outcome, terminal_reason, ...)")
+    return None
+
+
 def outcome_cards(runs: pl.DataFrame) -> list[tuple[str, str]]:
     """The headline cards of the run facts: one per outcome present (they add up to the
     runs), then the success rate (completed among the runs that ended) with its counts.
@@ -774,7 +797,8 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
     Raises:
         SourceError: a PATH is missing, or (code ``no_runs``) no run was found below them;
             nothing is written then.
-        ValueError: ``group_by`` is not a ``runs_df`` column.
+        ValueError: ``group_by`` is not a ``runs_df`` column, or (``redact``) holds text
+            the redaction drops (:func:`group_by_error`).
 
     >>> import tempfile, os
     >>> with tempfile.TemporaryDirectory() as d:
@@ -817,7 +841,10 @@ def write_report(paths: Sequence[str], out: str, *, png_dir: str | None = None,
     if group_by is not None:
         from ..tables.groups import compare_groups
 
-        groups = compare_groups(runs, by=group_by, usage=tables.get("usage"))
+        err = group_by_error(group_by, redact)
+        if err:
+            raise ValueError(err)
+        groups = compare_groups(tables["runs"], by=group_by, usage=tables.get("usage"))
     charts = build_charts(tables, progress=progress)
     from ..relay.report import relay_section  # relayflowd journals under the PATHs (issue 14)
 
