@@ -265,3 +265,40 @@ def test_the_store_gives_the_same_facts(fleet: dict[str, Any], tmp_path: Path) -
 
     src = str(fleet["root"])
     assert_frame_equal(public_runs_df(src, store_dir=str(tmp_path / "store")), runs_df(src))
+
+
+@pytest.mark.timeout(120)
+def test_an_unreadable_folder_as_an_unprivileged_user() -> None:
+    """The same with real permissions: a folder ``nobody`` cannot list is a row (the child
+    drops root after warming its imports, as tests/test_bad_input.py does)."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.fail("this test drops root privileges in a child; run it as root (CI does)")
+    top = Path(tempfile.mkdtemp(prefix="rivumi-facts-unreadable-", dir="/tmp"))
+    try:
+        run_dir = Path(run_script(get_script("verified", 1), str(top)))
+        locked = top / "locked"
+        (locked / "inner").mkdir(parents=True)
+        for dirpath, _dirs, files in os.walk(top):
+            os.chmod(dirpath, 0o755)
+            for f in files:
+                os.chmod(os.path.join(dirpath, f), 0o644)
+        os.chmod(locked, 0)
+        code = ("import json,os,warnings; from rivumi_analysis.tables.runs import runs_df;"
+                f"runs_df({str(top)!r}); os.setgid(65534); os.setuid(65534);"
+                f"df = runs_df({str(top)!r});"
+                "print(json.dumps(df.select('run_dir','outcome','reasons').to_dicts()))")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=100, cwd=str(Path(__file__).resolve().parents[1]))
+        assert proc.returncode == 0, proc.stderr
+        rows = {r["run_dir"]: r for r in json.loads(proc.stdout)}
+        assert rows[str(locked)]["outcome"] == "unreadable"
+        assert rows[str(locked)]["reasons"] == ["unreadable"]
+        assert rows[str(run_dir)]["outcome"] == "completed"
+    finally:
+        os.chmod(top / "locked", 0o755)
+        shutil.rmtree(top, ignore_errors=True)
