@@ -173,7 +173,7 @@ def names(*, source: str | None = None, stored: bool | None = None,
 
     >>> names(report=True)
     ('runs', 'events', 'quarantine', 'tool_calls', 'approvals', 'model_calls', 'usage', \
-'verifications', 'states', 'forks')
+'verifications', 'states', 'forks', 'messages')
     """
     return tuple(t.name for t in TABLES.values()
                  if (source is None or t.source == source)
