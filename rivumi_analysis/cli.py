@@ -204,6 +204,30 @@ def _build_parser() -> argparse.ArgumentParser:
                          "path on every node")
     st.set_defaults(handler=cmd_store)
 
+    ot = sub.add_parser("otel", help="export runs as OpenTelemetry GenAI traces (OTLP/JSON "
+                                     "file or OTLP/HTTP; extra rivumi-analysis[otel])")
+    ot.add_argument("paths", nargs="*", metavar="PATH",
+                    help="run directories or folders of runs (default: the run root)")
+    dest = ot.add_mutually_exclusive_group(required=True)
+    dest.add_argument("--out", default=None, metavar="FILE",
+                      help="write OTLP/JSON: one ExportTraceServiceRequest per line, one line "
+                           "per run")
+    dest.add_argument("--endpoint", default=None, metavar="URL",
+                      help="send OTLP/HTTP (protobuf) to a receiver, e.g. "
+                           "http://127.0.0.1:4318 (/v1/traces is added when URL has no path)")
+    ot.add_argument("--changed-only", action="store_true",
+                    help="send only runs changed since the last export to the same "
+                         "destination (state in the cache directory)")
+    ot.add_argument("--since", default=None, metavar="STATE",
+                    help="like --changed-only, with the state in the file STATE")
+    ot.add_argument("--redact", action="store_true",
+                    help="leave out message content, tool arguments and results, previews "
+                         "and error texts")
+    ot.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                    help="seconds per OTLP/HTTP request (default 30)")
+    ot.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
+    ot.set_defaults(handler=cmd_otel)
+
     w = sub.add_parser("watch", help="live view of running sessions: step, last event, "
                                      "repeat guard, budgets, resume verdict, alerts")
     w.add_argument("paths", nargs="*", metavar="PATH",
@@ -718,6 +742,48 @@ def cmd_store(args: argparse.Namespace) -> int:
     print(f"rivumi-analysis: store {opened.store.directory}: {s.runs} runs, {s.reread} read, "
           f"{s.removed} removed, {len(m.parts)} parts, {size / 1e6:.1f} MB "
           f"({s.seconds:.2f} s)")
+    return EXIT_OK
+
+
+def cmd_otel(args: argparse.Namespace) -> int:
+    paths, err = _resolve_paths(args.paths)
+    if not err and args.out is not None:
+        err = _check_out_file(args.out)
+    if not err:
+        try:  # the extra is optional: say how to get it rather than a traceback
+            import opentelemetry.exporter.otlp.proto.http  # noqa: F401
+            import opentelemetry.sdk.trace  # noqa: F401
+        except ImportError:
+            err = "the otel extra is not installed: pip install 'rivumi-analysis[otel]'"
+    if not err:
+        from .otel import OtelExportError, _http_url
+
+        try:
+            if args.endpoint is not None:
+                _http_url(args.endpoint)
+        except OtelExportError as exc:
+            err = str(exc)
+    if err:
+        print(f"rivumi-analysis otel: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    from .otel import export_otel
+
+    try:
+        res = export_otel(paths, out=args.out, endpoint=args.endpoint, redact=args.redact,
+                          changed_only=args.changed_only, state=args.since,
+                          max_depth=args.max_depth, timeout=args.timeout)
+    except SourceError as exc:
+        print(f"rivumi-analysis otel: error: {_source_message(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except OtelExportError as exc:
+        print(f"rivumi-analysis otel: error: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
+    for s in res.skipped:
+        print(f"rivumi-analysis otel: skipped {s['run_dir']}: {s['reason']}", file=sys.stderr)
+    which = f"{res.sent} of {res.runs} runs (changed since the last export)" \
+        if res.incremental else f"{res.sent} runs"
+    print(f"rivumi-analysis: exported {which}, {res.spans} spans to {res.destination} "
+          f"({res.seconds:.1f} s)")
     return EXIT_OK
 
 

@@ -11,7 +11,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
 if [ "${1:-}" = "dev" ]; then
-  .venv/bin/python -m pip install --quiet -e '.[dev,notebooks,ray]'
+  .venv/bin/python -m pip install --quiet -e '.[dev,notebooks,ray,otel,otel-test]'
   bash scripts/install_browser.sh
   # a Jupyter kernel that runs this venv's interpreter, for the notebook tests
   .venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
