@@ -52,7 +52,6 @@ import json
 import os
 import tempfile
 import time
-from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -197,7 +196,7 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any], redact: bool, depth: 
         kinds = {type(i) for i in items}
         if not value:
             out[prefix] = ()
-        elif None not in kinds and len(kinds) == 1:
+        elif type(None) not in kinds and len(kinds) == 1:
             out[prefix] = tuple(items)
         elif not redact:
             out[prefix] = _text(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
@@ -212,7 +211,9 @@ def _put(attrs: dict[str, Any], key: str, value: Any) -> None:
     if value is None:
         return
     if isinstance(value, (list, tuple)):
-        attrs[key] = tuple(_scalar(v) for v in value if v is not None)
+        items = [_scalar(v) for v in value]
+        if all(i is not None for i in items) and len({type(i) for i in items}) <= 1:
+            attrs[key] = tuple(items)
     else:
         v = _scalar(value)
         if v is not None:
@@ -357,6 +358,17 @@ class _Run:
     root: _Span | None = None
     # (start line, end line, span) of chat/tool/verify spans, to find who holds a line
     ranges: list[tuple[int, int, _Span]] = field(default_factory=list)
+    ids: set[int] = field(default_factory=set)
+
+    def sid(self, role: str, line: int) -> int:
+        """A new span id of this run: ``span_id(key, role, line)``, or, should two spans
+        start at one line with one role, the same with ``#n`` after the line."""
+        sid, n = span_id(self.key, role, line), 0
+        while sid in self.ids:
+            n += 1
+            sid = _digest(8, self.key, role, f"{line}#{n}")
+        self.ids.add(sid)
+        return sid
 
     def holder(self, line: int) -> _Span | None:
         best = None
@@ -377,14 +389,18 @@ class _Lines:
             if e["sequence"] is not None:
                 self.at[(e["event_type"], e["sequence"])].append(e["line_no"])
 
-    def find(self, types: Iterable[str], seq: int | None, after: int = 0) -> int | None:
-        """The first line at or after ``after`` holding one of ``types`` with ``seq``."""
+    def find(self, types: Iterable[str], seq: int | None, after: int = 0,
+             match: tuple[str, Any] | None = None) -> int | None:
+        """The first line at or after ``after`` holding one of ``types`` with ``seq`` (and,
+        with ``match=(key, value)``, ``data[key] == value``: a sequence can repeat, spec
+        4.5's emit race)."""
         if seq is None:
             return None
         best = None
         for t in types:
             for ln in self.at.get((t, seq), ()):
-                if ln >= after and (best is None or ln < best):
+                if ln >= after and (best is None or ln < best) and (
+                        match is None or _data(self.by_line[ln]).get(match[0]) == match[1]):
                     best = ln
         return best
 
@@ -519,7 +535,7 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
     _put(a, "rivumi.budget.max_total_tokens", row["max_total_tokens"])
     _put(a, "rivumi.run.quarantined_lines", row["quarantined_lines"])
     _put(a, "rivumi.run.time_source", row.get("time_source"))
-    root = _Span(span_id(key, "root"), f"invoke_agent {AGENT_NAME}", t0, t1, None, "INTERNAL",
+    root = _Span(run.sid("root", 0), f"invoke_agent {AGENT_NAME}", t0, t1, None, "INTERNAL",
                  a)
     if outcome == "failed":
         root.is_error, root.error = True, a.get("rivumi.run.terminal_reason")
@@ -558,7 +574,7 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
         _put(a, "rivumi.fallbacks", m["fallbacks"])
         _put(a, "rivumi.tool_calls", m["tool_calls"])
         start_e = idx.by_line.get(ln)
-        s = _Span(span_id(key, "chat", ln), f"chat {model}" if model else "chat",
+        s = _Span(run.sid("chat", ln), f"chat {model}" if model else "chat",
                   _ns(start_e) or t0, end_of(done), root.sid, "CLIENT", a, ln, done)
         if m["outcome"] == "failed":
             s.is_error = True
@@ -575,7 +591,8 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
                 for name in d.get("tool_calls") or []:
                     if isinstance(name, str):
                         msg["parts"].append({"type": "tool_call", "name": name})
-                a["gen_ai.output.messages"] = _text(json.dumps([msg], ensure_ascii=False))
+                a["gen_ai.output.messages"] = _text(json.dumps([msg], ensure_ascii=False,
+                                                                 separators=(",", ":")))
         else:
             stop = nxt - 1 if nxt is not None else (idx.lines[-1] if idx.lines else ln)
         used.update(x for x in (ln, done) if x is not None)
@@ -589,11 +606,12 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
     # tool spans, keyed by the line of their tool.requested
     tool_spans: dict[str, list[tuple[int, _Span]]] = defaultdict(list)
     for t in tools:
+        same = ("tool_call_id", t["tool_call_id"])
         ln = t.get("requested_line_no")
         if ln is None:
-            ln = idx.find(("tool.requested",), t["requested_sequence"])
-        started = idx.find(("tool.started",), t["started_sequence"], ln or 0)
-        done = idx.find(("tool.completed",), t["completed_sequence"], ln or 0)
+            ln = idx.find(("tool.requested",), t["requested_sequence"], match=same)
+        started = idx.find(("tool.started",), t["started_sequence"], ln or 0, same)
+        done = idx.find(("tool.completed",), t["completed_sequence"], ln or 0, same)
         first = ln if ln is not None else (started if started is not None else done)
         if first is None:
             continue
@@ -611,7 +629,7 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
             if done is not None:
                 res = _data(idx.by_line[done]).get("preview")
                 _put(a, "gen_ai.tool.call.result", res if isinstance(res, str) else None)
-        s = _Span(span_id(key, "tool", first), f"execute_tool {t['name']}",
+        s = _Span(run.sid("tool", first), f"execute_tool {t['name']}",
                   _ns(idx.by_line[first]) or t0, end_of(done), root.sid, "INTERNAL", a,
                   first, done)
         if t["outcome"] in ("error", "denied", "unknown_tool"):
@@ -630,8 +648,10 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
     # verification spans
     check_spans: list[tuple[int, str, _Span]] = []
     for v in checks:
-        started = idx.find(("verification.started",), v["started_sequence"])
-        done = idx.find(("verification.completed",), v["completed_sequence"], started or 0)
+        same = ("name", v["name"])
+        started = idx.find(("verification.started",), v["started_sequence"], match=same)
+        done = idx.find(("verification.completed",), v["completed_sequence"], started or 0,
+                        same)
         first = started if started is not None else done
         if first is None:
             continue
@@ -643,7 +663,7 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
         _put(a, "rivumi.verification.duration_seconds", v["duration_seconds"])
         if not redact:
             _put(a, "rivumi.verification.argv", v["argv"])
-        s = _Span(span_id(key, "verify", first), f"verify {v['name']}",
+        s = _Span(run.sid("verify", first), f"verify {v['name']}",
                   _ns(idx.by_line[first]) or t0, end_of(done), root.sid, "INTERNAL", a,
                   first, done)
         if v["outcome"] in ("failed", "denied"):
@@ -656,11 +676,12 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
 
     # approval waits: child spans of what they gate; a reuse is an event of it
     for ap in approvals:
+        same = ("request_id", ap["request_id"])
         ln = ap.get("requested_line_no")
         if ln is None:
-            ln = idx.find(("approval.requested",), ap["requested_sequence"])
+            ln = idx.find(("approval.requested",), ap["requested_sequence"], match=same)
         closed = idx.find(("approval.resolved", "approval.abandoned", "approval.reused"),
-                          ap["closed_sequence"], ln or 0)
+                          ap["closed_sequence"], ln or 0, same)
         if ln is None and closed is None:
             continue
         action = ap["action_id"] or ""
@@ -690,7 +711,7 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
             parent.events.append((e["event_type"], e["t"] or parent.start, ea))
             used.add(closed)
             continue
-        s = _Span(span_id(key, "approval", ln), "await_approval",
+        s = _Span(run.sid("approval", ln), "await_approval",
                   _ns(idx.by_line[ln]) or t0, end_of(closed), parent.sid, "INTERNAL", a, ln,
                   closed)
         used.update(x for x in (ln, closed) if x is not None)
@@ -800,7 +821,7 @@ def _sdk_spans(run: _Run) -> list[Any]:
         attrs = dict(s.attrs)
         if s.line is not None:
             attrs["rivumi.line_no"] = s.line
-        if s.end_line is not None:
+        if s.end_line is not None and s.end_line != s.line:  # one line: a point in time
             attrs["rivumi.end_line_no"] = s.end_line
         status = (Status(StatusCode.ERROR, s.error) if s.is_error else Status(StatusCode.UNSET))
         out.append(ReadableSpan(
@@ -847,7 +868,9 @@ def to_otlp_json(spans: Sequence[Any]) -> str:
 
     doc = json_format.MessageToDict(encode_spans(spans), use_integers_for_enums=True)
     _hex_ids(doc)
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    # ASCII: a U+2028 or NEL inside a string would split the line for readers that split
+    # on every Unicode line break (Python's str.splitlines)
+    return json.dumps(doc, ensure_ascii=True, separators=(",", ":"))
 
 
 def run_spans(source: Source | None = None, *, redact: bool = False,
@@ -938,8 +961,8 @@ def export_otel(source: Source | None = None, *, out: str | None = None,
     ``changed_only`` (or a ``state`` file): send only runs whose files changed since the
     last export to the same destination, judged by the store's fingerprint of each run; the
     state (run -> digest) is kept in ``state`` or the cache directory and updated only after
-    a successful write or send. Without the store (``$RIVUMI_ANALYSIS_STORE=0``) every run
-    is sent.
+    a successful write or send. An existing ``out`` file is then appended to (a full export
+    replaces it). Without the store (``$RIVUMI_ANALYSIS_STORE=0``) every run is sent.
 
     Raises:
         OtelExportError: neither or both destinations, a bad URL, the receiver refused.
@@ -977,7 +1000,14 @@ def export_otel(source: Source | None = None, *, out: str | None = None,
                 n_spans += len(spans)
                 fh.write(to_otlp_json(spans) + "\n")
 
-        _write_atomic(out, write)
+        if incremental and os.path.isfile(out):
+            # the changed runs are appended: the file stays a stream of every export
+            with open(out, "a", encoding="utf-8") as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+        else:
+            _write_atomic(out, write)
     if state_file is not None and fps is not None:
         live = set(tables["all_runs"]["run_dir"])
         kept = {rd: d for rd, d in previous.items() if rd in live}
