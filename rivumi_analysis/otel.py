@@ -270,9 +270,11 @@ def _load(source: Source | None, *, max_depth: int, store_dir: str | None,
     """The tables (only the runs ``changed`` picks from the store's run fingerprints), and
     those fingerprints (None when the store is off or unusable: then every run is read in
     memory)."""
+    from .read.snapshot import is_loaded, load_fleet
     from .store.core import store_enabled
 
-    use_store = store_enabled() if cache is None else bool(cache)
+    loaded = is_loaded(source)  # runs read already (load_fleet): tables in memory
+    use_store = not loaded and (store_enabled() if cache is None else bool(cache))
     if use_store:
         from .errors import StoreError
         from .store.core import open_store, warn_fallback
@@ -303,9 +305,7 @@ def _load(source: Source | None, *, max_depth: int, store_dir: str | None,
         tool_calls_df,
         verifications_df,
     )
-    from .read.snapshot import load_fleet
-
-    fleet = load_fleet(source, max_depth=max_depth)
+    fleet = source if loaded else load_fleet(source, max_depth=max_depth)
     loaders = {"runs": runs_df, "events": events_df, "quarantine": quarantine_df,
                "manifests": manifests_df, "model_calls": model_calls_df,
                "tool_calls": tool_calls_df, "approvals": approvals_df,
@@ -493,6 +493,14 @@ def _log_mtime(run_dir: str) -> int | None:
     except OSError:
         return None
     return st.st_mtime_ns if stat.S_ISREG(st.st_mode) else None
+
+
+def _relative(message: str | None, row: dict[str, Any]) -> str | None:
+    """A toolkit message with the run's absolute folder written as its path below the
+    source (where the fleet lies is not part of a trace)."""
+    if message is None or not row["run_path"]:
+        return message
+    return message.replace(row["run_dir"], row["run_path"])
 
 
 def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict],
@@ -735,14 +743,14 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
             _put(qa, f"rivumi.quarantine.{col}", q[col])
         _put(qa, "rivumi.quarantine.file", os.path.basename(q["file"] or "") or None)
         if not redact:
-            _put(qa, "rivumi.quarantine.message", q["message"])
+            _put(qa, "rivumi.quarantine.message", _relative(q["message"], row))
         root.events.append(("rivumi.quarantined_line", before[-1] if before else t0, qa))
     va: dict[str, Any] = {}
     _put(va, "rivumi.verdict", row["verdict"])
     _put(va, "rivumi.reasons", row["reasons"])
     _put(va, "rivumi.warnings", row["warnings"])
     if not redact:
-        _put(va, "rivumi.message", row["message"])
+        _put(va, "rivumi.message", _relative(row["message"], row))
     root.events.append(("rivumi.audit", t1, va))
     root.events.sort(key=lambda x: (x[1], x[2].get("rivumi.line_no", 1 << 62)))
 
@@ -873,7 +881,7 @@ def to_otlp_json(spans: Sequence[Any]) -> str:
     return json.dumps(doc, ensure_ascii=True, separators=(",", ":"))
 
 
-def run_spans(source: Source | None = None, *, redact: bool = False,
+def run_spans(source: Any = None, *, redact: bool = False,
               max_depth: int = DEFAULT_MAX_DEPTH, store_dir: str | None = None,
               cache: bool | None = None) -> list[Any]:
     """Every run of ``source`` as OpenTelemetry SDK spans (``ReadableSpan``), run by run.
@@ -948,13 +956,14 @@ def _http_url(endpoint: str) -> str:
     return endpoint.rstrip("/") + "/v1/traces" if parts.path in ("", "/") else endpoint
 
 
-def export_otel(source: Source | None = None, *, out: str | None = None,
+def export_otel(source: Any = None, *, out: str | None = None,
                 endpoint: str | None = None, redact: bool = False,
                 changed_only: bool = False, state: str | None = None,
                 max_depth: int = DEFAULT_MAX_DEPTH, store_dir: str | None = None,
                 cache: bool | None = None, timeout: float = 30.0,
                 headers: dict[str, str] | None = None) -> OtelExport:
-    """Export the runs of ``source`` as traces: ``out`` (an OTLP/JSON file, one line per run)
+    """Export the runs of ``source`` (paths, as the loaders take, or a fleet from
+    ``load_fleet``) as traces: ``out`` (an OTLP/JSON file, one line per run)
     or ``endpoint`` (OTLP/HTTP protobuf, e.g. ``http://127.0.0.1:4318``; ``/v1/traces`` is
     added when the URL has no path).
 

@@ -7,11 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections import Counter, defaultdict
 from datetime import datetime
 from pathlib import Path
@@ -23,13 +19,13 @@ import pytest
 import rivumi_analysis as ra
 from rivumi_analysis.cli import main
 
+from .phoenix_helpers import START_S, PhoenixError, free_port, phoenix_server, tail
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_runs"
 EXAMPLE_ID = "a66038f97f204cb3aaa96339f195c37e"
 EXAMPLE = SAMPLE / "example" / EXAMPLE_ID
 GOLDEN = ROOT / "tests" / "fixtures" / "otel" / f"{EXAMPLE_ID}.otlp.jsonl"
-PHOENIX_START_S = float(os.environ.get("RIVUMI_PHOENIX_START_S", "300"))
-"""Seconds Phoenix may take to answer /healthz (about 10 s idle, 80 s on a loaded machine)."""
 
 
 def _value(v: dict[str, Any]) -> Any:
@@ -325,7 +321,7 @@ def test_usage_errors() -> None:
 
 
 def test_receiver_down_is_an_error_not_a_hang(capsys) -> None:
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     t0 = time.monotonic()
     assert _export(str(EXAMPLE), "--endpoint", f"http://127.0.0.1:{port}",
                    "--timeout", "2") == 3
@@ -335,58 +331,18 @@ def test_receiver_down_is_an_error_not_a_hang(capsys) -> None:
 
 # --- a real receiver: Phoenix --------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def phoenix(tmp_path_factory: pytest.TempPathFactory):
     """A Phoenix server on 127.0.0.1 (its own working dir, telemetry off), stopped after."""
     work = tmp_path_factory.mktemp("phoenix")
-    port, grpc = _free_port(), _free_port()
-    env = {**os.environ, "PHOENIX_WORKING_DIR": str(work), "PHOENIX_HOST": "127.0.0.1",
-           "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(grpc),
-           "PHOENIX_TELEMETRY_ENABLED": "false"}
-    log = (work / "server.log").open("wb")
-    exe = Path(sys.executable).with_name("phoenix")
-    proc = subprocess.Popen([str(exe), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    t0 = time.monotonic()
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"phoenix exited with {proc.returncode}:\n{_tail(work)}")
-            try:
-                with urllib.request.urlopen(f"{base}/healthz", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() - t0 > PHOENIX_START_S:
-                pytest.fail(f"phoenix did not answer /healthz within {PHOENIX_START_S:.0f} s "
-                            f"(load {os.getloadavg()[0]:.1f}):\n{_tail(work)}")
-            time.sleep(1)
-        print(f"phoenix up after {time.monotonic() - t0:.1f} s on {base}", file=sys.stderr)
-        yield base, work
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
+        with phoenix_server(work) as base:
+            yield base, work
+    except PhoenixError as exc:
+        pytest.fail(str(exc))
 
 
-def _tail(work: Path, n: int = 40) -> str:
-    p = work / "server.log"
-    return "\n".join(p.read_text("utf-8", "replace").splitlines()[-n:]) if p.exists() else ""
-
-
-@pytest.mark.timeout(PHOENIX_START_S + 600)
+@pytest.mark.timeout(START_S + 600)
 def test_phoenix_round_trip(phoenix, tables, exported) -> None:
     from phoenix.client import Client
 
@@ -402,7 +358,7 @@ def test_phoenix_round_trip(phoenix, tables, exported) -> None:
             break
         time.sleep(2)
     ops = Counter(s["attributes"].get("gen_ai.operation.name") for s in got)
-    assert ops["invoke_agent"] == runs.height, _tail(work)
+    assert ops["invoke_agent"] == runs.height, tail(work)
     assert ops["chat"] == mc.height
     assert ops["execute_tool"] == tc.height
     roots = [s for s in got if s["parent_id"] is None]
@@ -423,3 +379,14 @@ def test_phoenix_round_trip(phoenix, tables, exported) -> None:
     time.sleep(3)
     again = client.spans.get_spans(project_identifier="default", limit=100_000, timeout=60)
     assert len(again) == len(got)
+
+
+def test_a_loaded_fleet_exports_as_the_store_does(exported, tmp_path: Path) -> None:
+    """The in-memory path (a fleet from load_fleet, as in the notebooks) and the store path
+    give the same file."""
+    from rivumi_analysis.otel import export_otel
+
+    out = tmp_path / "fleet.jsonl"
+    res = export_otel(ra.load_fleet(str(SAMPLE)), out=str(out))
+    assert res.sent == res.runs > 0
+    assert out.read_bytes() == exported[0].read_bytes()
