@@ -857,7 +857,8 @@ def cmd_codes(args: argparse.Namespace) -> int:
 
 
 # every argument that names a path (``~`` and ``$VARS`` are expanded in each)
-_PATH_ARGS = ("paths", "run_dir", "out", "png", "cache_dir", "path", "store", "runs_from", "root")
+_PATH_ARGS = ("paths", "run_dir", "out", "png", "cache_dir", "path", "store", "runs_from", "root",
+              "since")
 
 
 def expand_path(path: str) -> str:

@@ -220,6 +220,13 @@ def _put(attrs: dict[str, Any], key: str, value: Any) -> None:
             attrs[key] = v
 
 
+def _put_all(attrs: dict[str, Any], prefix: str, row: dict[str, Any],
+             columns: Iterable[str]) -> None:
+    """``prefix.<column>`` for each of ``columns`` of a table row (nulls left out)."""
+    for col in columns:
+        _put(attrs, f"{prefix}.{col}", row[col])
+
+
 # --- the tables -----------------------------------------------------------------------------
 
 _COLUMNS: dict[str, list[str]] = {
@@ -534,9 +541,8 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
     _put(a, "rivumi.run.verdict", row["verdict"])
     _put(a, "rivumi.run.reasons", row["reasons"])
     _put(a, "rivumi.run.steps", row["step"])
-    for col in ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens",
-                "total_tokens"):
-        _put(a, f"rivumi.run.{col}", row[col])
+    _put_all(a, "rivumi.run", row, ("input_tokens", "output_tokens", "cached_input_tokens",
+                                    "reasoning_tokens", "total_tokens"))
     _put(a, "rivumi.run.active_wall_time_seconds", row["active_wall_time_seconds"])
     _put(a, "rivumi.budget.max_steps", row["max_steps"])
     _put(a, "rivumi.budget.wall_time_seconds", row["wall_time_seconds"])
@@ -627,10 +633,7 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
              "openinference.span.kind": "TOOL"}
         _put(a, "gen_ai.tool.name", t["name"])
         _put(a, "gen_ai.tool.call.id", t["tool_call_id"])
-        _put(a, "rivumi.tool.effect", t["effect"])
-        _put(a, "rivumi.tool.outcome", t["outcome"])
-        _put(a, "rivumi.tool.in_batch", t["in_batch"])
-        _put(a, "rivumi.tool.result_bytes", t["result_bytes"])
+        _put_all(a, "rivumi.tool", t, ("effect", "outcome", "in_batch", "result_bytes"))
         _put(a, "rivumi.step", t["step"])
         if not redact:
             _put(a, "gen_ai.tool.call.arguments", t["arguments"])
@@ -664,11 +667,8 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
         if first is None:
             continue
         a = {**conv, "openinference.span.kind": "CHAIN"}
-        _put(a, "rivumi.verification.name", v["name"])
-        _put(a, "rivumi.verification.outcome", v["outcome"])
-        _put(a, "rivumi.verification.ok", v["ok"])
-        _put(a, "rivumi.verification.exit_code", v["exit_code"])
-        _put(a, "rivumi.verification.duration_seconds", v["duration_seconds"])
+        _put_all(a, "rivumi.verification", v,
+                 ("name", "outcome", "ok", "exit_code", "duration_seconds"))
         if not redact:
             _put(a, "rivumi.verification.argv", v["argv"])
         s = _Span(run.sid("verify", first), f"verify {v['name']}",
@@ -705,9 +705,8 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
             if earlier:
                 parent = earlier[-1]
         a = {**conv, "openinference.span.kind": "CHAIN"}
-        for col in ("request_id", "action_id", "effect", "reason", "outcome", "decision",
-                    "wait_seconds"):
-            _put(a, f"rivumi.approval.{col}", ap[col])
+        _put_all(a, "rivumi.approval", ap, ("request_id", "action_id", "effect", "reason",
+                                             "outcome", "decision", "wait_seconds"))
         if not redact:
             _put(a, "rivumi.approval.policy_reason", ap["policy_reason"])
         if ln is None:  # reused: no wait, an event of the gated span
@@ -739,8 +738,7 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
     for q in quarantined:
         before = [e["t"] for e in run.events if e["line_no"] < q["line_no"] and e["t"]]
         qa: dict[str, Any] = {"rivumi.line_no": q["line_no"]}
-        for col in ("byte_offset", "byte_length", "reason", "sha256"):
-            _put(qa, f"rivumi.quarantine.{col}", q[col])
+        _put_all(qa, "rivumi.quarantine", q, ("byte_offset", "byte_length", "reason", "sha256"))
         _put(qa, "rivumi.quarantine.file", os.path.basename(q["file"] or "") or None)
         if not redact:
             _put(qa, "rivumi.quarantine.message", _relative(q["message"], row))
