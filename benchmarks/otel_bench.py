@@ -4,6 +4,7 @@ Usage::
 
     python -m rivumi_analysis.synth.corpus --runs 10000 --target-mb 1000 --out /tmp/runs-10000
     python benchmarks/otel_bench.py --source /tmp/runs-10000 [--store DIR] [--reps 2]
+        [--endpoint http://127.0.0.1:6006]
 
 Builds (or refreshes) the fleet's Parquet store first, timed apart: the export reads its tables
 through the store. Then, ``--reps`` times, a full export to an OTLP/JSON file, split into its
@@ -27,6 +28,9 @@ def main() -> None:
     ap.add_argument("--source", required=True, help="a folder of runs")
     ap.add_argument("--store", default=None, help="store folder (default: a temporary one)")
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--endpoint", default=None,
+                    help="also time a full OTLP/HTTP export to this receiver (one on this "
+                         "machine, e.g. a local Phoenix)")
     args = ap.parse_args()
 
     from rivumi_analysis import otel
@@ -42,8 +46,9 @@ def main() -> None:
           f"(load {os.getloadavg()[0]:.1f})", flush=True)
 
     print(f"{'rep':>3} {'tables s':>8} {'build s':>7} {'encode+write s':>14} {'total s':>7} "
-          f"{'runs/s':>7} {'spans':>8} {'MB':>7}  load")
+          f"{'CPU s':>6} {'runs/s':>7} {'spans':>8} {'MB':>7}  load")
     for i in range(args.reps):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         tables, _fps = otel._load([args.source], max_depth=8, store_dir=store, cache=None,
                                   changed=None)
@@ -58,14 +63,22 @@ def main() -> None:
                 fh.write(otel.to_otlp_json(s) + "\n")
         t3 = time.perf_counter()
         print(f"{i:>3} {t1 - t0:>8.2f} {t2 - t1:>7.2f} {t3 - t2:>14.2f} {t3 - t0:>7.2f} "
-              f"{len(built) / (t3 - t0):>7.0f} {spans:>8} {os.path.getsize(out) / 1e6:>7.1f}  "
+              f"{time.process_time() - c0:>6.1f} {len(built) / (t3 - t0):>7.0f} {spans:>8} {os.path.getsize(out) / 1e6:>7.1f}  "
               f"{os.getloadavg()[0]:.1f}", flush=True)
         del tables, built
 
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     res = otel.export_otel([args.source], out=out, store_dir=store)
-    print(f"export_otel (public call, full): {res.sent} runs, {res.spans} spans in "
-          f"{time.perf_counter() - t:.2f} s (load {os.getloadavg()[0]:.1f})", flush=True)
+    print(f"export_otel (public call, full, OTLP/JSON file): {res.sent} runs, {res.spans} "
+          f"spans in {time.perf_counter() - t:.2f} s, {time.process_time() - c:.1f} CPU s "
+          f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    if args.endpoint:
+        t, c = time.perf_counter(), time.process_time()
+        res = otel.export_otel([args.source], endpoint=args.endpoint, store_dir=store)
+        print(f"export_otel (public call, full, OTLP/HTTP to {args.endpoint}): {res.sent} "
+              f"runs, {res.spans} spans in {time.perf_counter() - t:.2f} s, "
+              f"{time.process_time() - c:.1f} CPU s in this process "
+              f"(load {os.getloadavg()[0]:.1f})", flush=True)
     state = os.path.join(out_dir, "state.json")
     otel.export_otel([args.source], out=out, store_dir=store, state=state)
     t = time.perf_counter()

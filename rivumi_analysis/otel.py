@@ -52,6 +52,7 @@ import json
 import os
 import tempfile
 import time
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -563,6 +564,8 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
 
     # chat spans
     req_lines = [m["requested_line_no"] for m in models]
+    chat_events = [e for e in run.events if e["event_type"] in _CHAT_EVENTS]
+    chat_lines = [e["line_no"] for e in chat_events]
     for i, m in enumerate(models):
         ln = m["requested_line_no"]
         stop = ln
@@ -610,10 +613,9 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
         else:
             stop = nxt - 1 if nxt is not None else (idx.lines[-1] if idx.lines else ln)
         used.update(x for x in (ln, done) if x is not None)
-        for e in run.events:
-            if ln < e["line_no"] < stop and e["event_type"] in _CHAT_EVENTS:
-                s.events.append((e["event_type"], e["t"] or s.start, _event_attrs(e, redact)))
-                used.add(e["line_no"])
+        for e in chat_events[bisect_right(chat_lines, ln):bisect_left(chat_lines, stop)]:
+            s.events.append((e["event_type"], e["t"] or s.start, _event_attrs(e, redact)))
+            used.add(e["line_no"])
         run.spans.append(s)
         run.ranges.append((ln, done if done is not None else stop, s))
 
@@ -735,14 +737,16 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
             root.events.append((e["event_type"], e["t"] or t0, ea))
         if e["t"] is not None:
             prev_t = e["t"]
+    timed = [(e["line_no"], e["t"]) for e in run.events if e["t"]]
     for q in quarantined:
-        before = [e["t"] for e in run.events if e["line_no"] < q["line_no"] and e["t"]]
+        before = timed[bisect_left(timed, (q["line_no"], -1)) - 1][1] \
+            if timed and timed[0][0] < q["line_no"] else None
         qa: dict[str, Any] = {"rivumi.line_no": q["line_no"]}
         _put_all(qa, "rivumi.quarantine", q, ("byte_offset", "byte_length", "reason", "sha256"))
         _put(qa, "rivumi.quarantine.file", os.path.basename(q["file"] or "") or None)
         if not redact:
             _put(qa, "rivumi.quarantine.message", _relative(q["message"], row))
-        root.events.append(("rivumi.quarantined_line", before[-1] if before else t0, qa))
+        root.events.append(("rivumi.quarantined_line", before or t0, qa))
     va: dict[str, Any] = {}
     _put(va, "rivumi.verdict", row["verdict"])
     _put(va, "rivumi.reasons", row["reasons"])
@@ -851,20 +855,18 @@ def _resource(resource_cls: Any, schema: str) -> Any:
     return _RESOURCE[0]
 
 
-def _hex_ids(node: Any) -> None:
+def _hex_ids(doc: dict[str, Any]) -> None:
     """protobuf's JSON mapping writes bytes as base64; OTLP/JSON wants trace and span ids
     as hex (the one place the two mappings differ for traces)."""
-    import base64
+    from base64 import b64decode
 
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str):
-                node[k] = base64.b64decode(v).hex()
-            else:
-                _hex_ids(v)
-    elif isinstance(node, list):
-        for v in node:
-            _hex_ids(v)
+    for rs in doc.get("resourceSpans", ()):
+        for ss in rs.get("scopeSpans", ()):
+            for span in ss.get("spans", ()):
+                for obj in (span, *span.get("links", ())):
+                    for k in ("traceId", "spanId", "parentSpanId"):
+                        if k in obj:
+                            obj[k] = b64decode(obj[k]).hex()
 
 
 def to_otlp_json(spans: Sequence[Any]) -> str:
