@@ -40,8 +40,9 @@ Content: by default only the GenAI opt-in content attributes carry content
 approval previews, summaries, messages and other free text in event data never leave.
 ``redact=True`` also leaves out those opt-in attributes, error texts, policy reasons and
 the audit message: what remains are ids, types, names, codes, numbers and times.
-Each root also has ``openinference.span.kind`` (AGENT, LLM, TOOL, CHAIN) so Phoenix shows
-span kinds.
+Every span also has ``openinference.span.kind`` (AGENT, LLM, TOOL, CHAIN), the one
+attribute outside the GenAI conventions that is not ``rivumi.*``: Phoenix shows span kinds
+by it.
 """
 
 from __future__ import annotations
