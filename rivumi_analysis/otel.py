@@ -160,7 +160,11 @@ def _run_keys(runs: pl.DataFrame) -> dict[str, str]:
 # --- attribute values ------------------------------------------------------------------------
 
 def _text(s: str) -> str:
-    """``s`` as valid UTF-8 (a lone surrogate escaped), cut to :data:`MAX_STRING`."""
+    """``s`` as valid UTF-8 (a lone surrogate escaped), cut to :data:`MAX_STRING`.
+
+    >>> _text("a" + chr(0xD800) + "b"), len(_text("x" * 40_000)) == MAX_STRING + len("…[cut]")
+    ('a\\\\ud800b', True)
+    """
     try:
         s.encode("utf-8")
     except UnicodeEncodeError:
@@ -169,6 +173,11 @@ def _text(s: str) -> str:
 
 
 def _scalar(v: Any) -> Any:
+    """An attribute value: bool, float, str, or an int within int64 (else its digits).
+
+    >>> _scalar(2 ** 70), _scalar(-5), _scalar({"a": 1})
+    ('1180591620717411303424', -5, None)
+    """
     if isinstance(v, bool) or isinstance(v, float):
         return v
     if isinstance(v, int):
