@@ -251,7 +251,6 @@ _COLUMNS: dict[str, list[str]] = {
                "data"],
     "quarantine": ["run_dir", "file", "line_no", "byte_offset", "byte_length", "reason",
                    "message", "sha256"],
-    "manifests": ["run_dir", "updated_at"],
     "model_calls": ["run_dir", "step", "requested_line_no", "completed_sequence", "outcome",
                     "finish_reason", "tool_calls", "retries", "fallbacks", "provider", "model",
                     "requested_provider", "requested_model", "failure_kind", "input_tokens",
@@ -265,8 +264,6 @@ _COLUMNS: dict[str, list[str]] = {
                   "wait_seconds"],
     "verifications": ["run_dir", "name", "argv", "outcome", "started_sequence",
                       "completed_sequence", "ok", "exit_code", "duration_seconds"],
-    "forks": ["row_kind", "run_dir", "source_run_dir", "fork_point_sequence",
-              "fork_point_event_type", "source_found"],
 }
 _OPTIONAL = {"tool_calls": ["requested_line_no"], "approvals": ["requested_line_no"]}
 """Columns used when the table has them (tool calls and approvals keyed by occurrence)."""
@@ -277,8 +274,6 @@ def _select(lf: pl.LazyFrame, table: str, runs: set[str] | None) -> pl.DataFrame
     cols = _COLUMNS[table] + [c for c in _OPTIONAL.get(table, []) if c in names]
     if runs is not None:
         lf = lf.filter(pl.col("run_dir").is_in(sorted(runs)))
-    if table == "forks":
-        lf = lf.filter(pl.col("row_kind") == "fork_link")
     return lf.select(cols).collect()
 
 
@@ -312,23 +307,10 @@ def _load(source: Source | None, *, max_depth: int, store_dir: str | None,
             if wanted is not None:
                 tables["runs"] = tables["runs"].filter(pl.col("run_dir").is_in(sorted(wanted)))
             return tables, fps
-    from . import (
-        approvals_df,
-        events_df,
-        forks_df,
-        manifests_df,
-        model_calls_df,
-        quarantine_df,
-        runs_df,
-        tool_calls_df,
-        verifications_df,
-    )
+    from .store.loaders import load
+
     fleet = source if loaded else load_fleet(source, max_depth=max_depth)
-    loaders = {"runs": runs_df, "events": events_df, "quarantine": quarantine_df,
-               "manifests": manifests_df, "model_calls": model_calls_df,
-               "tool_calls": tool_calls_df, "approvals": approvals_df,
-               "verifications": verifications_df, "forks": forks_df}
-    tables = {t: _select(f(fleet, cache=False).lazy(), t, None) for t, f in loaders.items()}
+    tables = {t: _select(load(t, fleet, cache=False).lazy(), t, None) for t in _COLUMNS}
     tables["all_runs"] = tables["runs"]
     return tables, None
 
@@ -466,8 +448,6 @@ def _build(tables: dict[str, pl.DataFrame], *, redact: bool) -> tuple[list[_Run]
     approvals = _group(tables["approvals"])
     checks = _group(tables["verifications"])
     quarantined = _group(tables["quarantine"].sort("run_dir", "line_no"))
-    updated = dict(zip(tables["manifests"]["run_dir"],
-                       tables["manifests"]["updated_at"].dt.epoch("us"), strict=True))
     built: list[_Run] = []
     skipped: list[dict[str, str]] = []
     for row in runs_t.sort("run_dir").iter_rows(named=True):
@@ -482,17 +462,15 @@ def _build(tables: dict[str, pl.DataFrame], *, redact: bool) -> tuple[list[_Run]
             if fallback:
                 t0 = int(min(fallback).timestamp() * 1e6) * 1000
                 t1 = int(max(fallback).timestamp() * 1e6) * 1000
-            elif updated.get(rd) is not None:
-                t0 = t1 = updated[rd] * 1000
-            elif (mtime := _log_mtime(rd)) is not None:
-                # an external run's log has no created_at (spec 9.8); it is written in one
-                # go when the backend finishes, so its mtime is the run's end
-                t0 = t1 = mtime
-                row = {**row, "time_source": "events.jsonl mtime"}
+            elif (found := _file_time(rd)) is not None:
+                # an external run's log has no created_at (spec 9.8) and is written in one
+                # go when the backend finishes; session.json is rewritten on every save
+                t0 = t1 = found[1]
+                row = {**row, "time_source": f"{found[0]} mtime"}
                 run.row = row
             else:
-                skipped.append({"run_dir": rd, "reason": "no event time, no manifest time and "
-                                "no events.jsonl: a span needs a start time"})
+                skipped.append({"run_dir": rd, "reason": "no event time and neither "
+                                "session.json nor events.jsonl: a span needs a start time"})
                 continue
         _build_run(run, t0, t1, models.get(rd, []), tools.get(rd, []),
                    approvals.get(rd, []), checks.get(rd, []), quarantined.get(rd, []),
@@ -502,15 +480,19 @@ def _build(tables: dict[str, pl.DataFrame], *, redact: bool) -> tuple[list[_Run]
     return built, skipped
 
 
-def _log_mtime(run_dir: str) -> int | None:
-    """``events.jsonl``'s mtime in ns (a regular file only; a symlink is not followed)."""
+def _file_time(run_dir: str) -> tuple[str, int] | None:
+    """The mtime (ns) of the run's ``session.json``, else its ``events.jsonl``: regular files
+    only, a symlink is not followed."""
     import stat
 
-    try:
-        st = os.stat(os.path.join(run_dir, "events.jsonl"), follow_symlinks=False)
-    except OSError:
-        return None
-    return st.st_mtime_ns if stat.S_ISREG(st.st_mode) else None
+    for name in ("session.json", "events.jsonl"):
+        try:
+            st = os.stat(os.path.join(run_dir, name), follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            return name, st.st_mtime_ns
+    return None
 
 
 def _relative(message: str | None, row: dict[str, Any]) -> str | None:
@@ -769,7 +751,8 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
 
 def _link(runs: list[_Run], tables: dict[str, pl.DataFrame], keys: dict[str, str]) -> None:
     """Subagent traces linked both ways with the parent's span that dispatched them; fork
-    roots linked to the source run's span holding the fork point."""
+    roots (their ``run.forked`` event) linked to the source run's span holding the fork
+    point."""
     by_dir = {r.run_dir: r for r in runs}
     all_runs = tables["all_runs"]
     parent_of = dict(zip(all_runs["run_dir"], all_runs["parent_run_dir"], strict=True))
@@ -799,15 +782,27 @@ def _link(runs: list[_Run], tables: dict[str, pl.DataFrame], keys: dict[str, str
                                                      "rivumi.run.key": r.key}))
         r.root.links.append((trace_id(pkey), target, {"rivumi.link": "parent",
                                                       "rivumi.run.key": pkey}))
-    for f in tables["forks"].iter_rows(named=True):
-        r = by_dir.get(f["run_dir"])
-        src = f["source_run_dir"]
-        if r is None or r.root is None or not src:
+    named: dict[str, list[str]] = defaultdict(list)
+    for rd in all_runs["run_dir"]:
+        named[os.path.basename(rd.rstrip("/"))].append(rd)
+    for r in runs:
+        forked = [e for e in r.events if e["event_type"] == "run.forked"]
+        if not forked or r.root is None:
             continue
-        skey = keys.get(src) or os.path.basename(src.rstrip("/"))
+        f = _data(forked[0])
+        name = f.get("source_run_id")
+        if not isinstance(name, str) or not name:
+            continue
+        # the source is the folder of that name beside the fork (the runner's run root),
+        # else the one folder of that name in the fleet
+        here = os.path.dirname(r.run_dir.rstrip("/"))
+        cands = named.get(name, [])
+        src = next((c for c in cands if os.path.dirname(c.rstrip("/")) == here),
+                   cands[0] if len(cands) == 1 else None)
+        skey = keys[src] if src else name
         target = span_id(skey, "root")
-        sr = by_dir.get(src)
-        if sr is not None and f["fork_point_sequence"] is not None:
+        sr = by_dir.get(src) if src else None
+        if sr is not None and f.get("fork_point_sequence") is not None:
             lines = [e["line_no"] for e in sr.events
                      if e["sequence"] == f["fork_point_sequence"]]
             if lines:
@@ -815,8 +810,8 @@ def _link(runs: list[_Run], tables: dict[str, pl.DataFrame], keys: dict[str, str
                 if holder is not None:
                     target = holder.sid
         la: dict[str, Any] = {"rivumi.link": "fork_source", "rivumi.run.key": skey}
-        _put(la, "rivumi.fork.point_sequence", f["fork_point_sequence"])
-        _put(la, "rivumi.fork.point_event_type", f["fork_point_event_type"])
+        _put(la, "rivumi.fork.point_sequence", f.get("fork_point_sequence"))
+        _put(la, "rivumi.fork.point_event_type", f.get("fork_point_event_type"))
         r.root.links.append((trace_id(skey), target, la))
 
 
