@@ -12,8 +12,9 @@ Mapping (OpenTelemetry semantic conventions **v1.44.0**, GenAI spans, as named b
 
 - one trace per run; root span ``invoke_agent rivumi`` (``gen_ai.operation.name``,
   ``gen_ai.agent.name``, ``gen_ai.agent.id`` and ``gen_ai.conversation.id`` = run id,
-  ``gen_ai.provider.name``, ``gen_ai.request.model``, outcome, terminal reason, verdict and
-  budgets as ``rivumi.*``) from the run's first to its last event;
+  ``gen_ai.provider.name``, ``gen_ai.request.model``, outcome (``runs_df.outcome``, the
+  shared run fact), terminal reason, verdict and budgets as ``rivumi.*``) from the run's
+  first to its last event;
 - one ``chat {model}`` span per model call (``model_calls_df``): request and response model,
   ``gen_ai.usage.input_tokens`` / ``output_tokens`` / ``cache_read.input_tokens`` /
   ``reasoning.output_tokens``, ``gen_ai.response.finish_reasons``; ``model.retry``,
@@ -241,7 +242,8 @@ def _put_all(attrs: dict[str, Any], prefix: str, row: dict[str, Any],
 # --- the tables -----------------------------------------------------------------------------
 
 _COLUMNS: dict[str, list[str]] = {
-    "runs": ["run_dir", "run_path", "run_id", "kind", "verdict", "reasons", "warnings",
+    "runs": ["run_dir", "run_path", "run_id", "kind", "outcome", "outcome_source",
+             "verdict", "reasons", "warnings",
              "message", "phase", "terminal_reason", "parent_run_dir", "task_id", "step",
              "provider_name", "model_id", "input_tokens", "output_tokens",
              "cached_input_tokens", "reasoning_tokens", "total_tokens",
@@ -315,17 +317,15 @@ def _load(source: Source | None, *, max_depth: int, store_dir: str | None,
     return tables, None
 
 
-def _outcome(terminal_event_type: str | None) -> str:
-    """The run's outcome from its terminal ``run.*`` event (the last ``run.completed``,
-    ``run.failed`` or ``run.cancelled`` line): ``completed``, ``failed``, ``cancelled``, or
-    ``unfinished`` when the log has none.
+def _outcome(row: dict[str, Any]) -> str:
+    """The run's outcome: ``runs_df.outcome``, the one definition of the run facts
+    (``tables.facts``: the terminal ``run.*`` event first; ``crashed``, ``fork_not_run``, ...
+    when there is none).
 
-    >>> _outcome("run.failed"), _outcome(None)
-    ('failed', 'unfinished')
+    >>> _outcome({"outcome": "failed"}), _outcome({"outcome": None})
+    ('failed', 'unknown')
     """
-    if terminal_event_type in ("run.completed", "run.failed", "run.cancelled"):
-        return terminal_event_type.split(".", 1)[1]
-    return "unfinished"
+    return row.get("outcome") or "unknown"
 
 
 # --- building the spans ----------------------------------------------------------------------
@@ -513,7 +513,7 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
     for e in run.events:
         if e["event_type"] in ("run.completed", "run.failed", "run.cancelled"):
             terminal = e
-    outcome = _outcome(terminal["event_type"] if terminal else None)
+    outcome = _outcome(row)
     conv = {"gen_ai.conversation.id": row["run_id"]}
 
     # root
@@ -528,6 +528,7 @@ def _build_run(run: _Run, t0: int, t1: int, models: list[dict], tools: list[dict
     _put(a, "rivumi.run.key", key)
     _put(a, "rivumi.run.task_id", row["task_id"])
     a["rivumi.run.outcome"] = outcome
+    _put(a, "rivumi.run.outcome_source", row["outcome_source"])
     _put(a, "rivumi.run.terminal_reason", reason if isinstance(reason, str)
          else row["terminal_reason"])
     _put(a, "rivumi.run.phase", row["phase"])
