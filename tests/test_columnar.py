@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rivumi_analysis.read import columnar as _columnar
+from rivumi_analysis.read.cleanlog import clean_log
 from rivumi_analysis.read.snapshot import (
     _decode_events,
     _merge_line_warnings,
@@ -36,15 +37,11 @@ def exact(data: bytes) -> tuple[list[Any], list[Any]]:
 
 
 def fast_rows(data: bytes) -> list[dict[str, Any]] | None:
-    """The fast path's rows for ``data``, or None when it declines the file."""
-    dec = _columnar.decode(data)
-    if dec is None:
+    """The fast path's rows for ``data``, or None when the clean-log test declines it."""
+    log = clean_log(data)
+    if log is None:
         return None
-    table, ok = _columnar.columns([dec])
-    if not ok[0]:
-        assert table.num_rows == 0
-        return None
-    return table.drop_columns(["file"]).to_pylist()
+    return _columnar.columns([log]).drop_columns(["file"]).to_pylist()
 
 
 def check_same(data: bytes) -> bool:
@@ -65,8 +62,7 @@ def check_same(data: bytes) -> bool:
     } for e in events]
     assert rows == want
     # the object builder (for snapshots) agrees too
-    built = fast_lines_and_events(_columnar.decode(data), data)
-    assert built is not None
+    built = fast_lines_and_events(clean_log(data))
     assert built[0] == lines
     assert built[1] == events  # every field, the parsed line (``obj``) included
     assert [e.created_at.tzinfo for e in built[1]] == [e.created_at.tzinfo for e in events]

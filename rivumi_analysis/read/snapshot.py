@@ -141,12 +141,11 @@ class RunData:
     for the audit (``read_run(clean=True)``) and the twin accepts it; ``manifest`` then holds
     only the keys the audit reads of the document (:func:`audit_manifest`)."""
     fast: Any = None
-    """``columnar.Decoded`` when the run was read for columns (``read_run(columnar=True)``)
-    and its log is on the fast path; ``lines`` and ``events`` are then empty and only the
-    columnar table builders may use the run (:func:`exact_run` gives the complete snapshot).
-    ``cleanlog.CleanLog`` when read for the audit (``read_run(clean=True)``) and the log is
-    clean: ``lines``/``events`` are empty, every other field is complete, and the verdict
-    rules read the columns."""
+    """The log's ``cleanlog.CleanLog`` when it is clean and the run was read for columns
+    (``read_run(columnar=True)``: only the columnar table builders may use the run) or for
+    the audit (``read_run(clean=True)``: every other field is complete, and the verdict
+    rules read the columns); ``lines`` and ``events`` are then empty (:func:`exact_run`
+    gives the complete snapshot). None: the log was read line by line."""
 
     @property
     def run_path(self) -> str:
@@ -544,14 +543,14 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     the bytes just read. ``decoded_out``, when given, receives ``(lines, events)`` as decoded
     (before the kind-dependent warnings), for the cache to store.
 
-    ``columnar=True`` (the table builders): when the log is on the columnar fast path
-    (``columnar.decode``; engine not ``exact``), ``RunData.fast`` holds it and no per-line
-    object is built. What no table needs is then not read: ``request.json`` and
+    ``columnar=True`` (the table builders): when the log is clean
+    (``read.cleanlog.clean_log``; engine not ``exact``), ``RunData.fast`` holds its
+    ``CleanLog`` and no per-line object is built. What no table needs is then not read: ``request.json`` and
     ``result.json`` (status ``not_read``), the listing and the writer lock (``with_request``:
     ``request.json`` is read all the same, for the limits ``states_df`` needs).
     ``skim`` (with ``columnar``; ``events_df``): ``manifest`` and ``checkpoint`` hold only the
-    keys kind and run id are decided by (``read.docskim``), ``backend_result`` is not parsed,
-    and ``RunData.fast`` is a ``cleanlog.CleanLog`` (every per-event check done).
+    keys kind and run id are decided by (``read.docskim``) and ``backend_result`` is not
+    parsed.
 
     ``clean=True`` (the audit): every file is read as usual, but when the log of a native
     run is clean (``read.cleanlog.clean_log``; engine not ``exact``), ``RunData.fast`` holds
@@ -649,28 +648,21 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     events_bytes = ev.data if ev.status == "ok" else None
     fast = None
     if columnar and events_bytes and events_prefix is None:
-        from .columnar import decode, engine
+        if _columnar_engine() != "exact":
+            from .cleanlog import clean_log
 
-        if engine() != "exact":
-            if skim:  # events_df: the clean-log proof, all of it per file (no pyarrow)
-                from .cleanlog import clean_log
-
-                fast = clean_log(events_bytes, per_line=False)
-            else:
-                fast = decode(events_bytes)
+            fast = clean_log(events_bytes, per_line=False)
     elif clean and events_bytes and events_prefix is None:
-        from .cleanlog import clean_log
-        from .columnar import engine
+        if _columnar_engine() != "exact":
+            from .cleanlog import clean_log
 
-        if engine() != "exact":
             fast = clean_log(events_bytes)
     if checkpoint is _LATER:  # (skim) needed only when the log is not clean: see _kind_free
         checkpoint = None if fast is not None else parse_doc(files["checkpoint.json"])[0]
     if fast is not None and clean and not columnar:
         kind = _kind(files, manifest, checkpoint, fast.envelopes, is_subagent)
         if kind == "external":  # the columns are for native logs: build the objects
-            lines, events = fast_lines_and_events(fast.decoded, events_bytes) or _decode_events(
-                events_bytes)
+            lines, events = fast_lines_and_events(fast)
             fast = None
             if decoded_out is not None:
                 decoded_out.append((lines, events))
@@ -765,64 +757,37 @@ def _io_for(run_dir: str) -> tuple[Any, Any, Any, Any]:
 
 
 def _fast_objects(data: bytes | None) -> tuple[list[Line], list[Event]] | None:
-    """The snapshot's lines and events from the columnar fast path, when it applies."""
-    if not data:
+    """The snapshot's lines and events of a clean log (``cleanlog.clean_log``; engine not
+    ``exact``), else None (the exact per-line path decides)."""
+    if not data or _columnar_engine() == "exact":
         return None
-    from .columnar import decode, engine
+    from .cleanlog import clean_log
 
-    if engine() == "exact":
-        return None
-    dec = decode(data)
-    return fast_lines_and_events(dec, data) if dec is not None else None
+    log = clean_log(data)
+    return fast_lines_and_events(log) if log is not None else None
 
 
-_PLAIN_RE = re.compile(r"[!-~]+")
-_CANONICAL_TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{6})?Z")
-
-
-def fast_lines_and_events(dec: Any, data: bytes) -> tuple[list[Any], list[Any]] | None:
-    """The exact path's ``(lines, events)`` for a decoded file, or None (take the exact path).
+def fast_lines_and_events(log: Any) -> tuple[list[Line], list[Event]]:
+    """The exact path's ``(lines, events)`` of a clean log (``cleanlog.CleanLog``).
 
     Builds the same ``Line``/``Event`` objects as :func:`_decode_events` without decoding any
-    line again: every line is accepted with no warning (``read.columnar`` says why). The
-    per-event checks that ``columnar.columns`` runs over a batch run here per event.
+    line again and without checking anything: the clean-log test has proved every line an
+    accepted event with no warning (``read.columnar`` says why).
     """
-    from .columnar import MAX_BRACKETS, REPLAY_LINE_LIMIT
-
-    envs = dec.envelopes
-    lengths = list(map(len, data.split(b"\n")))
-    lengths.pop()  # the empty piece after the final newline
-    if len(lengths) != len(envs) or max(lengths, default=0) > REPLAY_LINE_LIMIT:
-        return None
     fromiso = datetime.fromisoformat
-    match = _CANONICAL_TS.fullmatch
-    plain = _PLAIN_RE.fullmatch
     lines = []
     events = []
     pos = 0
-    objects = dec.objects
-    for i, e in enumerate(envs):
-        raw = bytes(e.data)
-        if len(raw) > MAX_BRACKETS and raw.count(b"{") + raw.count(b"[") > MAX_BRACKETS:
-            return None
+    for i, (e, n, data_obj) in enumerate(zip(log.envelopes, log.lengths(), log.objects,
+                                             strict=True)):
         ts = e.created_at
-        if match(ts) is None or ts.endswith(".000000Z") or ts.startswith("0000"):
-            return None
-        if not (plain(e.event_type) and plain(e.run_id) and plain(e.event_id) and (
-                e.task_id is None or plain(e.task_id))):
-            return None
-        try:
-            created = fromiso(ts)
-        except ValueError:
-            return None
-        n = lengths[i]
         line_no = i + 1
-        data_obj = objects[i]
         events.append(Event(line_no, pos, n, e.sequence, e.event_type, e.run_id, e.task_id,
-                            e.event_id, created, None, raw.decode("utf-8"), data_obj,
-                            (), {"created_at": ts, "data": data_obj, "event_id": e.event_id,
-                                 "event_type": e.event_type, "run_id": e.run_id,
-                                 "sequence": e.sequence, "task_id": e.task_id}))
+                            e.event_id, fromiso(ts), None, bytes(e.data).decode("utf-8"),
+                            data_obj, (),
+                            {"created_at": ts, "data": data_obj, "event_id": e.event_id,
+                             "event_type": e.event_type, "run_id": e.run_id,
+                             "sequence": e.sequence, "task_id": e.task_id}))
         lines.append(Line(line_no, pos, n, b"", True, "accepted", None, None, ()))
         pos += n + 1
     return lines, events
@@ -833,8 +798,7 @@ def clean_objects(run: RunData) -> tuple[list[Line], list[Event]]:
     exact reading receives: the objects before the kind-dependent warnings)."""
     if run.fast is None:
         return run.lines, run.events
-    built = fast_lines_and_events(run.fast.decoded, run.events_bytes or b"")
-    return built if built is not None else _decode_events(run.events_bytes)
+    return fast_lines_and_events(run.fast)
 
 
 def exact_run(run: RunData) -> RunData:

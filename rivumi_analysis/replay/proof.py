@@ -85,7 +85,7 @@ def clean_replay_accepts(log: CleanLog) -> bool:
         return False
     if log.run_ids.count(log.run_ids[0]) != n:
         return False
-    return log.longest_line <= 4000 and log.most_brackets <= 400
+    return log.most_brackets <= 400 and log.longest() <= 4000
 
 
 def run_replay_verdict(run: RunData) -> tuple[bool, str | None]:
