@@ -647,42 +647,32 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     ev = files["events.jsonl"]
     events_bytes = ev.data if ev.status == "ok" else None
     fast = None
-    if columnar and events_bytes and events_prefix is None:
-        if _columnar_engine() != "exact":
-            from .cleanlog import clean_log
+    if events_bytes and events_prefix is None and _columnar_engine() != "exact":
+        from .cleanlog import clean_log
 
-            fast = clean_log(events_bytes, per_line=False)
-    elif clean and events_bytes and events_prefix is None:
-        if _columnar_engine() != "exact":
-            from .cleanlog import clean_log
-
-            fast = clean_log(events_bytes)
+        # the clean-log test, once for every reading (a reading for columns does not
+        # measure the lines: no object and no replay proof of it needs their lengths)
+        fast = clean_log(events_bytes, per_line=not columnar)
     if checkpoint is _LATER:  # (skim) needed only when the log is not clean: see _kind_free
         checkpoint = None if fast is not None else parse_doc(files["checkpoint.json"])[0]
-    if fast is not None and clean and not columnar:
+    kind = ""
+    if fast is not None and (columnar or clean):
         kind = _kind(files, manifest, checkpoint, fast.envelopes, is_subagent)
-        if kind == "external":  # the columns are for native logs: build the objects
-            lines, events = fast_lines_and_events(fast)
-            fast = None
-            if decoded_out is not None:
-                decoded_out.append((lines, events))
-        else:
-            lines, events = [], []
-        run_id = _run_id(manifest, fast.envelopes if fast is not None else events, checkpoint)
-    elif fast is not None:
+    if fast is not None and (columnar or (clean and kind != "external")):
+        # the clean log is kept as columns (the audit's rules read a native log's only)
         lines, events = [], []
-        envs = fast.envelopes
-        kind = _kind(files, manifest, checkpoint, envs, is_subagent)
-        run_id = _run_id(manifest, envs, checkpoint)
+        run_id = _run_id(manifest, fast.envelopes, checkpoint)
     else:
-        built = _fast_objects(events_bytes) if events_prefix is None else None
-        lines, events = built or _decode_events(events_bytes, events_prefix)
+        # the objects: a clean log's built from its columns, any other log line by line
+        lines, events = (fast_lines_and_events(fast) if fast is not None
+                         else _decode_events(events_bytes, events_prefix))
         if decoded_out is not None:
             decoded_out.append((lines, events))
         kind = _kind(files, manifest, checkpoint, events, is_subagent)
-        if kind != "external" and built is None:  # the fast path has no warning to add
+        if kind != "external" and fast is None:  # a clean log has no warning to add
             events = _with_native_warnings(events, events_bytes or b"")
             lines = _merge_line_warnings(lines, events)
+        fast = None
         run_id = _run_id(manifest, events, checkpoint)
     if columnar or ".writer.lock" in not_read:
         token, held = None, False
@@ -754,17 +744,6 @@ def _io_for(run_dir: str) -> tuple[Any, Any, Any, Any]:
 
         return u.read_file, u.lstat_identity, u.listing, u.writer_lock
     return _LOCAL_IO
-
-
-def _fast_objects(data: bytes | None) -> tuple[list[Line], list[Event]] | None:
-    """The snapshot's lines and events of a clean log (``cleanlog.clean_log``; engine not
-    ``exact``), else None (the exact per-line path decides)."""
-    if not data or _columnar_engine() == "exact":
-        return None
-    from .cleanlog import clean_log
-
-    log = clean_log(data)
-    return fast_lines_and_events(log) if log is not None else None
 
 
 def fast_lines_and_events(log: Any) -> tuple[list[Line], list[Event]]:
