@@ -1,221 +1,74 @@
-"""The oracle of the resume rules: §8.1 step 5 and the auditor's event rules over per-event
-objects (``RunData.events`` and resume's own reading), as the package ran them before issue
-28 moved them onto columns (``rivumi_analysis.resume``, one implementation for clean and
-exact reads). ``tests/test_cleanlog.py`` and ``tests/test_resume_oracle.py`` compare the
-package's verdicts with this one's on every sample run, every newline cut of the example and
-generated logs. Takes a run read exactly (``read.snapshot.exact_run``).
+"""The oracle of the resume rules that read events: §8.1 step 5 as resume reads the log and
+the auditor's event rules, over per-event objects (``RunData.events`` and resume's own
+``ResumeEvent`` s), as the package ran them before issue 28 wrote them once over columns
+(``rivumi_analysis.resume._check_events``, ``_sequence_rules`` and ``_event_warnings``).
+
+:func:`decide` is the package's ``resume.decide`` with those two steps replaced by the
+versions below (everything else, the file and manifest checks, is shared: it has one
+implementation and is not what the oracle checks). ``tests/test_cleanlog.py`` and
+``tests/test_resume_oracle.py`` compare the package's verdicts with this one's. Takes a run
+read exactly (``read.snapshot.exact_run``).
 """
 
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
-from pydantic import ValidationError
-
-from rivumi_analysis.errors import VERDICT_REASONS
-from rivumi_analysis.read import fast_models as _fast_models
+from rivumi_analysis import resume
 from rivumi_analysis.read.io import RUNNER_FILE_LIMIT
-from rivumi_analysis.read.models import (
-    MANIFEST_KNOWN_KEYS,
-    TERMINAL_PHASES,
-    SessionManifest,
-    TaskContract,
-    first_error,
+from rivumi_analysis.read.resume_reader import read_for_resume
+from rivumi_analysis.read.snapshot import Event, RunData
+from rivumi_analysis.resume import (
+    _FILE_STATUS_REASON,
+    SIDE_EFFECT_STARTS,
+    TERMINAL_RUN_EVENTS,
+    Verdict,
+    _Collector,
+    _status_words,
+    _usage_compare,
+    _wall_time_check,
 )
-from rivumi_analysis.read.resume_reader import ResumeLog, read_for_resume
-from rivumi_analysis.read.snapshot import Event, RunData, atomic_leftovers
-from rivumi_analysis.resume import Verdict
 
-SIDE_EFFECT_STARTS = frozenset({"tool.started", "verification.started"})
-TERMINAL_RUN_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})
-_FILE_STATUS_REASON = {
-    "symlink": "symlinked_file",
-    "unreadable": "unreadable",
-    "not_regular": "not_regular_file",
-}
-
-
-class _Collector:
-    def __init__(self, run_dir: str) -> None:
-        self.run_dir = run_dir
-        self.reasons: set[str] = set()
-        self.warnings: set[str] = set()
-        self.messages: dict[str, str] = {}
-
-    def reason(self, code: str, message: str) -> None:
-        assert code in VERDICT_REASONS, code
-        self.reasons.add(code)
-        self.messages.setdefault(code, message)
-
-    def warn(self, code: str, message: str) -> None:
-        self.warnings.add(code)
-        self.messages.setdefault(code, message)
+__all__ = ["decide"]
 
 
 def decide(run: RunData) -> Verdict:
-    """Decide the resume verdict of one run (pure; never raises for bad content).
-
-    >>> from rivumi_analysis.read.snapshot import read_run
-    >>> decide(read_run("/nonexistent-run")).verdict
-    'not_resumable'
-    """
-    c = _Collector(run.run_dir)
-    files = run.files
-    where_events = f"{run.run_dir}/events.jsonl"
-
-    # --- 1. not resumable by design ------------------------------------------------------
-    session_status = files["session.json"].status
-    if run.kind == "external":
-        c.reason("external_run", f"{run.run_dir}: external run (no session manifest; §11.8); "
-                 "hint: inspect its events with events_df, it cannot be resumed")
-    if session_status == "missing":
-        c.reason("manifest_missing", f"{run.run_dir}/session.json does not exist; "
-                 "hint: without a manifest the runner cannot resume this run")
-
-    # --- 2. corrupt: §8.1 step 3 (session.json) ----------------------------------------------
-    manifest_model: Any = None  # SessionManifest or its msgspec twin (same attributes)
-    manifest = run.manifest
-    if session_status in _FILE_STATUS_REASON:
-        code = _FILE_STATUS_REASON[session_status]
-        c.reason(code, f"{run.run_dir}/session.json is {_status_words(session_status)}; "
-                 "it was not read. hint: resume refuses it too")
-    elif session_status == "too_large" or (files["session.json"].size or 0) > RUNNER_FILE_LIMIT:
-        c.reason("manifest_too_large", f"{run.run_dir}/session.json is "
-                 f"{files['session.json'].size} bytes, over the runner's 16 MiB limit")
-    if session_status == "ok" and manifest is None:
-        c.reason("manifest_invalid_json", f"{run.run_dir}/session.json: {run.manifest_error}; "
-                 "hint: a killed non-atomic copy or a hand edit; resume refuses it")
-    if manifest is not None:
-        unknown = sorted(set(manifest) - MANIFEST_KNOWN_KEYS)
-        if unknown:
-            c.warn("manifest_unknown_key", f"{run.run_dir}/session.json has unknown key(s) "
-                   f"{', '.join(unknown)}; the runner's strict loader rejects them")
-        phase = manifest.get("phase")
-        if isinstance(manifest.get("terminal"), bool) and isinstance(phase, str) and (
-                manifest["terminal"] != (phase in TERMINAL_PHASES)):
-            c.warn("terminal_phase_mismatch", f"{run.run_dir}/session.json: terminal="
-                   f"{manifest['terminal']} but phase={phase!r}")
-        try:
-            # the msgspec twin answers for the documents the runner writes; pydantic (the
-            # oracle) for everything else, and for every refusal (its exact message)
-            manifest_model = (run.manifest_model or _fast_models.manifest(manifest)
-                              or SessionManifest.model_validate(manifest))
-        except ValidationError as exc:
-            if run.kind == "fork":
-                c.reason("fork_manifest_rejected", f"{run.run_dir}/session.json: fork manifest "
-                         f"rejected by the strict loader ({first_error(exc)}); §9.5: a fork run "
-                         "cannot be resumed")
-            c.reason("manifest_schema", f"{run.run_dir}/session.json fails SessionManifest: "
-                     f"{first_error(exc)}")
-        except Exception as exc:  # pragma: no cover - defensive: odd values pydantic rejects
-            c.reason("manifest_schema", f"{run.run_dir}/session.json: {exc}")
-
-    # --- §8.1 step 4 (request.json, only when present) -------------------------------------
-    req_status = files["request.json"].status
-    if req_status == "missing":
-        c.warn("request_missing", f"{run.run_dir}/request.json is absent; task_id/base_sha "
-               "match (§8.1 step 4) not checked")
-    elif req_status in _FILE_STATUS_REASON:
-        c.reason(_FILE_STATUS_REASON[req_status], f"{run.run_dir}/request.json is "
-                 f"{_status_words(req_status)}; it was not read")
-    elif req_status == "too_large" or (files["request.json"].size or 0) > RUNNER_FILE_LIMIT:
-        c.reason("request_invalid", f"{run.run_dir}/request.json is over the 16 MiB limit")
-    elif run.request is None:
-        c.reason("request_invalid", f"{run.run_dir}/request.json: {run.request_error}")
-    else:
-        try:
-            contract = _fast_models.request(run.request) or TaskContract.model_validate(
-                run.request)
-        except ValidationError as exc:
-            c.reason("request_invalid", f"{run.run_dir}/request.json fails TaskContract: "
-                     f"{first_error(exc)}")
-        else:
-            if manifest_model is not None:
-                if contract.task_id != manifest_model.task_id:
-                    c.reason("request_mismatch", f"{run.run_dir}/request.json task_id "
-                             f"{contract.task_id!r} != session.json {manifest_model.task_id!r}")
-                elif contract.base_sha is None or (
-                        contract.base_sha.lower() != manifest_model.base_sha.lower()):
-                    c.reason("request_mismatch", f"{run.run_dir}/request.json base_sha "
-                             f"{contract.base_sha!r} != session.json {manifest_model.base_sha!r}")
-
-    # --- §8.1 step 5 (events.jsonl) as §8.2 reads it ------------------------------------------
-    native_log = run.kind != "external"
-    last_seq, resume_log = _check_events(run, c, manifest_model, native_log, where_events)
-
-    # --- manifest vs log --------------------------------------------------------------------
-    ahead = False
-    lseq = manifest_model.last_event_sequence if manifest_model else _int_or_none(
-        manifest.get("last_event_sequence") if manifest else None)
-    if lseq is not None and last_seq is not None and native_log:
-        if lseq < last_seq:
-            c.reason("manifest_behind", f"{run.run_dir}/session.json last_event_sequence {lseq} "
-                     f"is behind the log's last sequence {last_seq}; hint: the manifest is saved "
-                     "before each append, so this never happens in a clean crash")
-        elif lseq == last_seq + 1:
-            ahead = True
-            c.reason("manifest_ahead", f"{run.run_dir}/session.json last_event_sequence {lseq} is "
-                     f"one ahead of the log ({last_seq}): killed between the manifest save and "
-                     "the append; resume resyncs it")
-        elif lseq > last_seq + 1:
-            c.reason("manifest_ahead_by_more", f"{run.run_dir}/session.json last_event_sequence "
-                     f"{lseq} is {lseq - last_seq} ahead of the log ({last_seq})")
-
-    # the tail as resume reads it (two events joined by a lone CR are two events, §8.2)
+    """``resume.decide`` with the event rules over objects (``run`` read exactly)."""
     assert run.fast is None, "the oracle reads event objects: pass exact_run(run)"
-    last_event: Any = (resume_log.events[-1] if resume_log is not None and resume_log.events
-                       else run.events[-1] if resume_log is None and run.events else None)
-    tail_side_effect = last_event is not None and last_event.event_type in SIDE_EFFECT_STARTS
-    if tail_side_effect and not ahead and native_log:
-        c.reason("side_effect_tail", f"{where_events}:{last_event.line_no}:"
-                 f"{last_event.byte_offset}: the log ends at {last_event.event_type}; resume "
-                 "cannot prove whether the action completed. hint: check the workspace by hand")
-    if tail_side_effect and ahead:
-        c.warn("completion_unlogged", f"{where_events}: the manifest is one ahead while the log "
-               f"ends at {last_event.event_type}: the action ran, its completion was never logged")
-    manifest_terminal = (manifest_model.terminal if manifest_model else
-                         bool(manifest.get("terminal")) if isinstance(manifest, dict) else False)
-    if manifest_terminal and native_log:
-        c.reason("terminal", f"{run.run_dir}/session.json is terminal (phase "
-                 f"{manifest.get('phase') if manifest else None!r}); resume refuses it "
-                 "(continuation reopens it)")
-
-    _auditor_warnings(run, c, manifest_model, ahead)
-
-    # --- decide ----------------------------------------------------------------------------
-    r = c.reasons
-    if r & {"external_run", "manifest_missing", "fork_manifest_rejected"}:
-        verdict = "not_resumable"
-    elif r - {"manifest_ahead", "side_effect_tail", "terminal"}:
-        verdict = "corrupt"
-    elif "side_effect_tail" in r:
-        verdict = "side_effect_uncertain"
-    elif "terminal" in r:
-        verdict = "terminal"
-    elif ahead:
-        verdict = "resync"
-    else:
-        verdict = "resumable"
-    return Verdict(verdict, tuple(sorted(c.reasons)), tuple(sorted(c.warnings)), c.messages,
-                   manifest_model is not None)
+    with mock.patch.object(resume, "_check_events", _check_events), \
+            mock.patch.object(resume, "_event_warnings", _event_warnings):
+        return resume.decide(run)
 
 
-def _status_words(status: str) -> str:
-    return {"symlink": "a symlink", "unreadable": "unreadable",
-            "not_regular": "not a regular file"}.get(status, status)
+class _Tail:
+    """The log's last event as resume reads it, where ``resume.decide`` looks for it."""
+
+    def __init__(self, event: Any) -> None:
+        self.event_types = [event.event_type] if event is not None else []
+        self._event = event
+
+    def __len__(self) -> int:
+        return len(self.event_types)
+
+    def line_no(self, _index: int) -> int:
+        return self._event.line_no
+
+    def offset(self, _index: int) -> int:
+        return self._event.byte_offset
 
 
-def _int_or_none(v: Any) -> int | None:
-    return v if type(v) is int else None
+def _check_events(run: RunData, c: _Collector, manifest: Any, native_log: bool,
+                  where: str) -> tuple[int | None, _Tail]:
+    last_seq, resume_log = _check_event_objects(run, c, manifest, native_log, where)
+    # the tail as resume reads it (two events joined by a lone CR are two events, §8.2)
+    last_event = (resume_log.events[-1] if resume_log is not None and resume_log.events
+                  else run.events[-1] if resume_log is None and run.events else None)
+    return last_seq, _Tail(last_event)
 
 
-def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
-                  native_log: bool, where: str) -> tuple[int | None, ResumeLog | None]:
-    """Apply §8.1 step 5 as resume reads the log (§8.2, §8.2).
-
-    Returns the last sequence resume reads (-1 when empty) and resume's reading (None when
-    the log was not read or is not a RunEvent log).
-    """
+def _check_event_objects(run: RunData, c: _Collector, manifest: Any, native_log: bool,
+                         where: str) -> tuple[int | None, Any]:
     status = run.events_status
     fr = run.files["events.jsonl"]
     if status == "missing":
@@ -236,7 +89,6 @@ def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
     if (fr.size or 0) > RUNNER_FILE_LIMIT and native_log:
         c.reason("events_too_large", f"{where} is {fr.size} bytes, over the runner's 16 MiB "
                  "limit; hint: the log is still analysed, but resume refuses it")
-
     lines = run.lines
     quarantined = [ln for ln in lines if ln.status == "quarantined"]
     if quarantined:
@@ -288,35 +140,9 @@ def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
     return (events[-1].sequence if events else -1), log
 
 
-def _auditor_warnings(run: RunData, c: _Collector, manifest: SessionManifest | None,
-                      ahead: bool) -> None:
+def _event_warnings(run: RunData, _columns: Any, c: _Collector, manifest: Any,
+                    ahead: bool) -> None:
     where = f"{run.run_dir}/events.jsonl"
-    name = run.run_dir.rstrip("/").rsplit("/", 1)[-1]
-    if run.run_id and name != run.run_id and run.kind != "subagent" and run.kind != "external":
-        c.warn("run_id_mismatch_dirname", f"{run.run_dir}: run_id {run.run_id!r} differs from "
-               f"the directory name {name!r}")
-    leftovers = atomic_leftovers(run.listing)
-    if leftovers:
-        c.warn("atomic_write_leftover", f"{run.run_dir}/{leftovers[0]}: temp file left by a "
-               "killed atomic write (ignored by the runner)")
-    if run.writer_active:
-        c.warn("writer_active", f"{run.run_dir}/.writer.lock is held by a live process; the "
-               "run is being written")
-    if run.live_changed:
-        c.warn("live_changed", f"{run.run_dir}: session.json kept changing while read; no "
-               "stable snapshot (verdict is provisional)")
-    if (run.writer_lock_token and manifest is not None and manifest.active_writer_token
-            and run.writer_lock_token != manifest.active_writer_token):
-        c.warn("writer_token_mismatch", f"{run.run_dir}/.writer.lock token differs from "
-               "session.json active_writer_token")
-    if run.files["checkpoint.json"].status == "ok" and not isinstance(run.checkpoint, dict):
-        c.warn("checkpoint_invalid", f"{run.run_dir}/checkpoint.json is not a JSON object")
-    if run.files["result.json"].status == "ok" and not isinstance(run.result, dict):
-        c.warn("result_invalid", f"{run.run_dir}/result.json is not a JSON object")
-    for fname in ("session.json", "request.json"):
-        if (run.files[fname].size or 0) > RUNNER_FILE_LIMIT:
-            c.warn("file_too_large_for_runner", f"{run.run_dir}/{fname} exceeds 16 MiB")
-
     events = run.events
     # pairing of tool and approval events (tail side effects are the verdict's business)
     started: dict[str, Event] = {}
@@ -361,8 +187,6 @@ def _auditor_warnings(run: RunData, c: _Collector, manifest: SessionManifest | N
             break
     if pending is not None and not ahead:
         known = {e.data.get("request_id") for e in events if e.event_type.startswith("approval.")}
-        # pending_action is cleared by the first save after the start is durable, so it may
-        # still be set when the start is the log's last event (a crash right after it).
         requested_at = _request_seq(events, pending.request_id)
         action_started = any(
             e.event_type in SIDE_EFFECT_STARTS and e is not events[-1] and (
@@ -414,10 +238,7 @@ def _request_seq(events: list[Event], request_id: str) -> int:
     return -1
 
 
-_COUNTERS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
-
-
-def _usage_check(run: RunData, c: _Collector, manifest: SessionManifest,
+def _usage_check(run: RunData, c: _Collector, manifest: Any,
                  terminal_events: list[Event]) -> None:
     if manifest.model_usage:
         _usage_compare(run, c, manifest, None)
@@ -429,61 +250,3 @@ def _usage_check(run: RunData, c: _Collector, manifest: SessionManifest,
         return  # the crossing call has no model.completed (§11.1)
     _usage_compare(run, c, manifest, [e.data.get("usage") for e in run.events if e.event_type in (
         "model.completed", "role_lane.completed")])
-
-
-def _usage_compare(run: RunData, c: _Collector, manifest: SessionManifest,
-                   logged: list[Any] | None) -> None:
-    """Compare the manifest's usage with its ``model_usage`` records (``logged`` None) or
-    with the ``usage`` of the logged model completions."""
-
-    def total(u: dict[str, Any]) -> int:
-        ptt = u.get("provider_total_tokens")
-        if isinstance(ptt, int):
-            return ptt
-        return int(u.get("input_tokens") or 0) + int(u.get("output_tokens") or 0)
-
-    if logged is None and isinstance(manifest, _fast_models.SessionManifest):
-        _usage_compare_struct(run, c, manifest)
-        return
-    if logged is None:
-        recs = [r.usage.model_dump() for r in manifest.model_usage]
-        basis = "model_usage records"
-    else:
-        recs = [r for r in logged if isinstance(r, dict)]
-        basis = "model.completed usage"
-    mu = manifest.usage.model_dump()
-    try:
-        sums = {k: sum(int(r.get(k) or 0) for r in recs) for k in _COUNTERS}
-        ptt = sum(total(r) for r in recs)
-    except (TypeError, ValueError):
-        return
-    mismatch = [k for k in _COUNTERS if sums[k] != mu[k]]
-    if recs and (mu["provider_total_tokens"] or 0) != ptt:
-        mismatch.append("provider_total_tokens")
-    if mismatch:
-        c.warn("usage_unreconciled", f"{run.run_dir}/session.json usage differs from the sum of "
-               f"{basis} in {', '.join(mismatch)}")
-
-
-def _usage_compare_struct(run: RunData, c: _Collector, manifest: Any) -> None:
-    """:func:`_usage_compare` against ``model_usage`` for the msgspec manifest (non-negative
-    ints, so ``int(v or 0)`` is ``v``), without a dict per record."""
-    usages = [r.usage for r in manifest.model_usage]
-    mu = manifest.usage
-    mismatch = [k for k in _COUNTERS
-                if sum([getattr(u, k) for u in usages]) != getattr(mu, k)]
-    ptt = sum([u.input_tokens + u.output_tokens if u.provider_total_tokens is None
-               else u.provider_total_tokens for u in usages])
-    if usages and (mu.provider_total_tokens or 0) != ptt:
-        mismatch.append("provider_total_tokens")
-    if mismatch:
-        c.warn("usage_unreconciled", f"{run.run_dir}/session.json usage differs from the sum of "
-               f"model_usage records in {', '.join(mismatch)}")
-
-
-def _wall_time_check(run: RunData, c: _Collector, manifest: Any) -> None:
-    limits = (run.request or {}).get("limits") if isinstance(run.request, dict) else None
-    budget = limits.get("wall_time_seconds") if isinstance(limits, dict) else None
-    if isinstance(budget, (int, float)) and manifest.active_wall_time_seconds > budget + 1.0:
-        c.warn("wall_time_over_budget", f"{run.run_dir}/session.json active_wall_time_seconds"
-               f" {manifest.active_wall_time_seconds:.1f} > limit {budget}")
