@@ -282,6 +282,20 @@ def _check_events(run: RunData, c: _Collector, manifest: Any, native_log: bool,
     Returns the last sequence resume reads (-1 when empty; None when the log was not
     read) and the events whose last one is the log's tail as resume reads it.
     """
+    unread = _check_log_file(run, c, manifest, native_log, where)
+    if unread is not _READ:
+        return unread, _events_of(run)
+    _line_warnings(run, c, where)
+    return _log_rules(run, c, manifest, native_log, where)
+
+
+_READ = object()
+
+
+def _check_log_file(run: RunData, c: _Collector, manifest: Any, native_log: bool,
+                    where: str) -> Any:
+    """The file checks of ``events.jsonl``: :data:`_READ` when its lines are to be read,
+    else the last sequence to report (-1 for a missing log, None for one not read)."""
     status = run.events_status
     fr = run.files["events.jsonl"]
     if status == "missing":
@@ -291,19 +305,22 @@ def _check_events(run: RunData, c: _Collector, manifest: Any, native_log: bool,
                 c.reason("events_missing", f"{where} does not exist but session.json "
                          f"last_event_sequence is {lseq}; hint: the writer was killed before the "
                          "first append (§9.6 note)")
-        return -1, _events_of(run)
+        return -1
     if status in _FILE_STATUS_REASON:
         c.reason(_FILE_STATUS_REASON[status], f"{where} is {_status_words(status)}; it was not "
                  "read")
-        return None, _events_of(run)
+        return None
     if status == "too_large":
         c.reason("events_too_large", f"{where} is {fr.size} bytes, over the toolkit's read bound")
-        return None, _events_of(run)
+        return None
     if (fr.size or 0) > RUNNER_FILE_LIMIT and native_log:
         c.reason("events_too_large", f"{where} is {fr.size} bytes, over the runner's 16 MiB "
                  "limit; hint: the log is still analysed, but resume refuses it")
+    return _READ
 
-    # (a clean log has no quarantined or blank line and no warning: these find nothing)
+
+def _line_warnings(run: RunData, c: _Collector, where: str) -> None:
+    """Quarantined and blank lines, and the events' warnings (a clean log has none)."""
     lines = run.lines
     quarantined = [ln for ln in lines if ln.status == "quarantined"]
     if quarantined:
@@ -318,6 +335,12 @@ def _check_events(run: RunData, c: _Collector, manifest: Any, native_log: bool,
                      "final_newline_missing", "line_too_long_for_replay",
                      "created_at_missing", "event_id_missing"):
                 c.warn(w, f"{where}:{e.line_no}:{e.byte_offset}: {w.replace('_', ' ')}")
+
+
+def _log_rules(run: RunData, c: _Collector, manifest: Any, native_log: bool,
+               where: str) -> tuple[int, Events]:
+    """The sequence rules over the events resume reads from a log that was read, and those
+    events (see :func:`_check_events`)."""
     if not native_log:
         log = _events_of(run)
         return (log.sequences[-1] if len(log) else -1), log

@@ -1,11 +1,11 @@
 """The oracle of the resume rules that read events: §8.1 step 5 as resume reads the log and
 the auditor's event rules, over per-event objects (``RunData.events`` and resume's own
 ``ResumeEvent`` s), as the package ran them before issue 28 wrote them once over columns
-(``rivumi_analysis.resume._check_events``, ``_sequence_rules`` and ``_event_warnings``).
+(``rivumi_analysis.resume._log_rules``, ``_sequence_rules`` and ``_event_warnings``).
 
-:func:`decide` is the package's ``resume.decide`` with those two steps replaced by the
-versions below (everything else, the file and manifest checks, is shared: it has one
-implementation and is not what the oracle checks). ``tests/test_cleanlog.py`` and
+:func:`decide` is the package's ``resume.decide`` with ``_log_rules`` and ``_event_warnings``
+replaced by the versions below (everything else, the file, line and manifest checks, is
+shared: it has one implementation and is not what the oracle checks). ``tests/test_cleanlog.py`` and
 ``tests/test_resume_oracle.py`` compare the package's verdicts with this one's. Takes a run
 read exactly (``read.snapshot.exact_run``).
 """
@@ -16,16 +16,13 @@ from typing import Any
 from unittest import mock
 
 from rivumi_analysis import resume
-from rivumi_analysis.read.io import RUNNER_FILE_LIMIT
 from rivumi_analysis.read.resume_reader import read_for_resume
 from rivumi_analysis.read.snapshot import Event, RunData
 from rivumi_analysis.resume import (
-    _FILE_STATUS_REASON,
     SIDE_EFFECT_STARTS,
     TERMINAL_RUN_EVENTS,
     Verdict,
     _Collector,
-    _status_words,
     _usage_compare,
     _wall_time_check,
 )
@@ -36,7 +33,7 @@ __all__ = ["decide"]
 def decide(run: RunData) -> Verdict:
     """``resume.decide`` with the event rules over objects (``run`` read exactly)."""
     assert run.fast is None, "the oracle reads event objects: pass exact_run(run)"
-    with mock.patch.object(resume, "_check_events", _check_events), \
+    with mock.patch.object(resume, "_log_rules", _log_rules), \
             mock.patch.object(resume, "_event_warnings", _event_warnings):
         return resume.decide(run)
 
@@ -58,51 +55,17 @@ class _Tail:
         return self._event.byte_offset
 
 
-def _check_events(run: RunData, c: _Collector, manifest: Any, native_log: bool,
-                  where: str) -> tuple[int | None, _Tail]:
-    last_seq, resume_log = _check_event_objects(run, c, manifest, native_log, where)
+def _log_rules(run: RunData, c: _Collector, manifest: Any, native_log: bool,
+               where: str) -> tuple[int, _Tail]:
+    last_seq, resume_log = _log_rule_objects(run, c, manifest, native_log, where)
     # the tail as resume reads it (two events joined by a lone CR are two events, §8.2)
     last_event = (resume_log.events[-1] if resume_log is not None and resume_log.events
                   else run.events[-1] if resume_log is None and run.events else None)
     return last_seq, _Tail(last_event)
 
 
-def _check_event_objects(run: RunData, c: _Collector, manifest: Any, native_log: bool,
-                         where: str) -> tuple[int | None, Any]:
-    status = run.events_status
-    fr = run.files["events.jsonl"]
-    if status == "missing":
-        if native_log and run.files["session.json"].status == "ok":
-            lseq = manifest.last_event_sequence if manifest else None
-            if lseq is None or lseq != -1:
-                c.reason("events_missing", f"{where} does not exist but session.json "
-                         f"last_event_sequence is {lseq}; hint: the writer was killed before the "
-                         "first append (§9.6 note)")
-        return -1, None
-    if status in _FILE_STATUS_REASON:
-        c.reason(_FILE_STATUS_REASON[status], f"{where} is {_status_words(status)}; it was not "
-                 "read")
-        return None, None
-    if status == "too_large":
-        c.reason("events_too_large", f"{where} is {fr.size} bytes, over the toolkit's read bound")
-        return None, None
-    if (fr.size or 0) > RUNNER_FILE_LIMIT and native_log:
-        c.reason("events_too_large", f"{where} is {fr.size} bytes, over the runner's 16 MiB "
-                 "limit; hint: the log is still analysed, but resume refuses it")
-    lines = run.lines
-    quarantined = [ln for ln in lines if ln.status == "quarantined"]
-    if quarantined:
-        first = quarantined[0]
-        c.warn("quarantined_lines", f"{where}:{first.line_no}:{first.byte_offset}: "
-               f"{len(quarantined)} line(s) quarantined, first: {first.reason}: {first.message}")
-    if any(ln.status == "blank" for ln in lines):
-        c.warn("blank_lines", f"{where}: blank or whitespace-only lines (skipped by the runner)")
-    for e in run.events:
-        for w in e.warnings:
-            if w in ("coerced_value", "nan_or_infinity", "duplicate_key", "crlf",
-                     "final_newline_missing", "line_too_long_for_replay",
-                     "created_at_missing", "event_id_missing"):
-                c.warn(w, f"{where}:{e.line_no}:{e.byte_offset}: {w.replace('_', ' ')}")
+def _log_rule_objects(run: RunData, c: _Collector, manifest: Any, native_log: bool,
+                      where: str) -> tuple[int, Any]:
     if not native_log:
         return (run.events[-1].sequence if run.events else -1), None
 
