@@ -290,3 +290,25 @@ def test_snapshots_and_audit_records_equal_on_every_sample_run(
     ref = audit(str(SAMPLE_RUNS), jobs=2, cache=False)
     monkeypatch.setenv(_columnar.ENGINE_ENV, "fast")
     assert audit(str(SAMPLE_RUNS), jobs=2, cache=False) == ref
+
+
+def test_exact_run_of_a_columnar_read_equals_the_exact_reading(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``exact_run`` builds a clean log's objects from its columns: the same lines and events
+    as the exact per-line reading, on every sample run read for columns or for the audit."""
+    from rivumi_analysis.read.discovery import discover
+    from rivumi_analysis.read.snapshot import exact_run, read_run
+
+    locations = discover(str(SAMPLE_RUNS)).runs
+    monkeypatch.setenv(_columnar.ENGINE_ENV, "exact")
+    want = [read_run(loc.run_dir, is_subagent=loc.is_subagent) for loc in locations]
+    monkeypatch.setenv(_columnar.ENGINE_ENV, "auto")
+    built = 0
+    for loc, ref in zip(locations, want, strict=True):
+        for kw in ({"columnar": True}, {"clean": True}):
+            run = read_run(loc.run_dir, is_subagent=loc.is_subagent, **kw)
+            built += run.fast is not None
+            got = exact_run(run)
+            assert (got.lines, got.events, got.kind, got.fast) == (
+                ref.lines, ref.events, ref.kind, None), loc.run_dir
+    assert built > 100  # most sample runs are clean, read both ways

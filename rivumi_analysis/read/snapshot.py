@@ -545,8 +545,8 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
 
     ``columnar=True`` (the table builders): when the log is clean
     (``read.cleanlog.clean_log``; engine not ``exact``), ``RunData.fast`` holds its
-    ``CleanLog`` and no per-line object is built. What no table needs is then not read: ``request.json`` and
-    ``result.json`` (status ``not_read``), the listing and the writer lock (``with_request``:
+    ``CleanLog`` and no per-line object is built. What no table needs is then not read:
+    ``request.json`` and ``result.json`` (status ``not_read``), the listing and the writer lock (``with_request``:
     ``request.json`` is read all the same, for the limits ``states_df`` needs).
     ``skim`` (with ``columnar``; ``events_df``): ``manifest`` and ``checkpoint`` hold only the
     keys kind and run id are decided by (``read.docskim``) and ``backend_result`` is not
@@ -781,7 +781,9 @@ def clean_objects(run: RunData) -> tuple[list[Line], list[Event]]:
 
 
 def exact_run(run: RunData) -> RunData:
-    """``run`` with its log decoded by the exact per-line path (itself when it already is).
+    """``run`` as the exact per-line path reads it (itself when it already is): a clean log's
+    ``Line``/``Event`` objects built from its columns (:func:`fast_lines_and_events`, equal to
+    the exact decoding, which has no warning to add to a clean log).
 
     >>> r = read_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e", columnar=True)
     >>> (r.fast is not None, len(r.events), len(exact_run(r).events), exact_run(r).fast)
@@ -789,10 +791,7 @@ def exact_run(run: RunData) -> RunData:
     """
     if run.fast is None:
         return run
-    lines, events = _decode_events(run.events_bytes)
-    if run.kind != "external":
-        events = _with_native_warnings(events, run.events_bytes or b"")
-        lines = _merge_line_warnings(lines, events)
+    lines, events = fast_lines_and_events(run.fast)
     fields = {name: getattr(run, name) for name in RunData.__dataclass_fields__}
     fields.update(lines=lines, events=events, fast=None)
     return RunData(**fields)
