@@ -796,10 +796,12 @@ def _per_run(runs: Sequence[RunData], starts: list[int], ev: _Flat, gen_idx: lis
         g = infer_generation(signals, run.manifest)
         gen.append(g)
         chg.append(charge_waits_default(g) if charge is None else bool(charge))
-        if k not in columns:
+        tab = columns.get(k)
+        if tab is None:
             accepted.append(_fork_accepted(run, k in envelope_ok))
         else:  # a clean log: the same proof over its columns, else the exact verdict
-            accepted.append(clean_replay_accepts(run.fast) or replay_verdict(
+            longest = pc.max(tab.column("byte_length")).as_py() or 0  # (no second split)
+            accepted.append(clean_replay_accepts(run.fast, longest) or replay_verdict(
                 run.events_bytes, run.events_status, run.run_dir)[0])
         lim = Limits.from_request(run.request)
         max_steps.append(lim.max_steps if lim else None)
