@@ -33,8 +33,8 @@ from .read.models import (
     TaskContract,
     first_error,
 )
-from .read.resume_reader import ResumeLog, read_for_resume
-from .read.snapshot import Event, RunData, atomic_leftovers
+from .read.resume_reader import read_for_resume
+from .read.snapshot import RunData, atomic_leftovers
 
 SIDE_EFFECT_STARTS = frozenset({"tool.started", "verification.started"})
 TERMINAL_RUN_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})
@@ -170,7 +170,7 @@ def decide(run: RunData) -> Verdict:
 
     # --- §8.1 step 5 (events.jsonl) as §8.2 reads it ------------------------------------------
     native_log = run.kind != "external"
-    last_seq, resume_log = _check_events(run, c, manifest_model, native_log, where_events)
+    last_seq, tail = _check_events(run, c, manifest_model, native_log, where_events)
 
     # --- manifest vs log --------------------------------------------------------------------
     ahead = False
@@ -191,18 +191,16 @@ def decide(run: RunData) -> Verdict:
                      f"{lseq} is {lseq - last_seq} ahead of the log ({last_seq})")
 
     # the tail as resume reads it (two events joined by a lone CR are two events, §8.2)
-    clean = _clean(run)
-    last_event: Any = (resume_log.events[-1] if resume_log is not None and resume_log.events
-                       else _CleanEvent(clean, len(clean) - 1) if clean is not None
-                       else run.events[-1] if resume_log is None and run.events else None)
-    tail_side_effect = last_event is not None and last_event.event_type in SIDE_EFFECT_STARTS
+    last = len(tail) - 1
+    last_type = tail.event_types[last] if last >= 0 else None
+    tail_side_effect = last_type in SIDE_EFFECT_STARTS
     if tail_side_effect and not ahead and native_log:
-        c.reason("side_effect_tail", f"{where_events}:{last_event.line_no}:"
-                 f"{last_event.byte_offset}: the log ends at {last_event.event_type}; resume "
+        c.reason("side_effect_tail", f"{where_events}:{tail.line_no(last)}:"
+                 f"{tail.offset(last)}: the log ends at {last_type}; resume "
                  "cannot prove whether the action completed. hint: check the workspace by hand")
     if tail_side_effect and ahead:
         c.warn("completion_unlogged", f"{where_events}: the manifest is one ahead while the log "
-               f"ends at {last_event.event_type}: the action ran, its completion was never logged")
+               f"ends at {last_type}: the action ran, its completion was never logged")
     manifest_terminal = (manifest_model.terminal if manifest_model else
                          bool(manifest.get("terminal")) if isinstance(manifest, dict) else False)
     if manifest_terminal and native_log:
@@ -239,13 +237,65 @@ def _int_or_none(v: Any) -> int | None:
     return v if type(v) is int else None
 
 
-def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
-                  native_log: bool, where: str) -> tuple[int | None, ResumeLog | None]:
+class _Events:
+    """Events as the rules read them, in columns: gathered from event objects (the exact
+    reading's ``Event`` s, with their ``data``, or resume's ``ResumeEvent`` s). A clean log's
+    ``cleanlog.CleanLog`` has the same columns and methods, so every rule below is written
+    once, over columns."""
+
+    __slots__ = ("_events", "event_types", "run_ids", "sequences", "task_ids")
+
+    def __init__(self, events: list[Any]) -> None:
+        self._events = events
+        self.event_types = [e.event_type for e in events]
+        self.sequences = [e.sequence for e in events]
+        self.run_ids = [e.run_id for e in events]
+        self.task_ids = [e.task_id for e in events]
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    @property
+    def objects(self) -> list[dict[str, Any]]:
+        """Every event's parsed ``data`` (``Event`` s only)."""
+        return [e.data for e in self._events]
+
+    def line_no(self, index: int) -> int:
+        return self._events[index].line_no
+
+    def offset(self, index: int) -> int:
+        return self._events[index].byte_offset
+
+
+Events = CleanLog | _Events
+
+
+def _events_of(run: RunData) -> Events:
+    """The run's events as columns: its clean log, or its ``Event`` s."""
+    return run.fast if run.fast is not None else _Events(run.events)
+
+
+def _check_events(run: RunData, c: _Collector, manifest: Any, native_log: bool,
+                  where: str) -> tuple[int | None, Events]:
     """Apply §8.1 step 5 as resume reads the log (§8.2, §8.2).
 
-    Returns the last sequence resume reads (-1 when empty) and resume's reading (None when
-    the log was not read or is not a RunEvent log).
+    Returns the last sequence resume reads (-1 when empty; None when the log was not
+    read) and the events whose last one is the log's tail as resume reads it.
     """
+    unread = _check_log_file(run, c, manifest, native_log, where)
+    if unread is not _READ:
+        return unread, _events_of(run)
+    _line_warnings(run, c, where)
+    return _log_rules(run, c, manifest, native_log, where)
+
+
+_READ = object()
+
+
+def _check_log_file(run: RunData, c: _Collector, manifest: Any, native_log: bool,
+                    where: str) -> Any:
+    """The file checks of ``events.jsonl``: :data:`_READ` when its lines are to be read,
+    else the last sequence to report (-1 for a missing log, None for one not read)."""
     status = run.events_status
     fr = run.files["events.jsonl"]
     if status == "missing":
@@ -255,21 +305,22 @@ def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
                 c.reason("events_missing", f"{where} does not exist but session.json "
                          f"last_event_sequence is {lseq}; hint: the writer was killed before the "
                          "first append (§9.6 note)")
-        return -1, None
+        return -1
     if status in _FILE_STATUS_REASON:
         c.reason(_FILE_STATUS_REASON[status], f"{where} is {_status_words(status)}; it was not "
                  "read")
-        return None, None
+        return None
     if status == "too_large":
         c.reason("events_too_large", f"{where} is {fr.size} bytes, over the toolkit's read bound")
-        return None, None
+        return None
     if (fr.size or 0) > RUNNER_FILE_LIMIT and native_log:
         c.reason("events_too_large", f"{where} is {fr.size} bytes, over the runner's 16 MiB "
                  "limit; hint: the log is still analysed, but resume refuses it")
+    return _READ
 
-    clean = _clean(run)
-    if clean is not None and native_log:
-        return _check_clean_events(clean, c, manifest, where), None
+
+def _line_warnings(run: RunData, c: _Collector, where: str) -> None:
+    """Quarantined and blank lines, and the events' warnings (a clean log has none)."""
     lines = run.lines
     quarantined = [ln for ln in lines if ln.status == "quarantined"]
     if quarantined:
@@ -284,46 +335,67 @@ def _check_events(run: RunData, c: _Collector, manifest: SessionManifest | None,
                      "final_newline_missing", "line_too_long_for_replay",
                      "created_at_missing", "event_id_missing"):
                 c.warn(w, f"{where}:{e.line_no}:{e.byte_offset}: {w.replace('_', ' ')}")
-    if not native_log:
-        return (run.events[-1].sequence if run.events else -1), None
 
-    log = read_for_resume(run.events_bytes or b"", run.lines, run.events)
-    for err in log.errors:
-        c.reason(err.code, f"{where}:{err.line_no}:{err.byte_offset}: {err.message}")
-    events = log.events
-    first_line: dict[int, int] = {}
-    for e in events:
-        if e.sequence in first_line:
-            c.reason("duplicate_sequence", f"{where}:{e.line_no}:{e.byte_offset}: sequence "
-                     f"{e.sequence} already appeared at line {first_line[e.sequence]}; hint: an "
-                     "emit without the lock (§4.5 hazard)")
-            break
-        first_line[e.sequence] = e.line_no
-    # Contiguity is a fact about what resume reads: its i-th non-blank piece needs sequence i.
-    for index, (what, k) in enumerate(log.order):
-        if what == "event" and events[k].sequence != index:
-            e = events[k]
-            c.reason("sequence_not_contiguous", f"{where}:{e.line_no}:{e.byte_offset}: piece "
-                     f"{index} of the log (as resume splits it) has sequence {e.sequence}; "
-                     f"resume needs {index}")
-            break
+
+def _log_rules(run: RunData, c: _Collector, manifest: Any, native_log: bool,
+               where: str) -> tuple[int, Events]:
+    """The sequence rules over the events resume reads from a log that was read, and those
+    events (see :func:`_check_events`)."""
+    if not native_log:
+        log = _events_of(run)
+        return (log.sequences[-1] if len(log) else -1), log
+    if run.fast is not None:  # resume reads a clean log's lines as its events, in order
+        log, order = run.fast, None
+    else:
+        resumed = read_for_resume(run.events_bytes or b"", run.lines, run.events)
+        for err in resumed.errors:
+            c.reason(err.code, f"{where}:{err.line_no}:{err.byte_offset}: {err.message}")
+        log, order = _Events(resumed.events), resumed.order
+    _sequence_rules(log, order, c, manifest, where)
+    return (log.sequences[-1] if len(log) else -1), log
+
+
+def _sequence_rules(log: Events, order: list[tuple[str, int]] | None, c: _Collector,
+                    manifest: Any, where: str) -> None:
+    """Duplicate and non-contiguous sequences, run and task id drift, over the events resume
+    reads (``order``: its pieces, ``("event", i)`` or a refused piece; None: every piece is
+    an event, in order)."""
+    seqs = log.sequences
+    n = len(seqs)
+    if order is not None or seqs != list(range(n)):
+        first_line: dict[int, int] = {}
+        for i, seq in enumerate(seqs):
+            if seq in first_line:
+                c.reason("duplicate_sequence", f"{where}:{log.line_no(i)}:{log.offset(i)}: "
+                         f"sequence {seq} already appeared at line {first_line[seq]}; hint: an "
+                         "emit without the lock (§4.5 hazard)")
+                break
+            first_line[seq] = log.line_no(i)
+        # Contiguity is a fact about what resume reads: its i-th non-blank piece needs
+        # sequence i.
+        pieces = order if order is not None else [("event", i) for i in range(n)]
+        for index, (what, i) in enumerate(pieces):
+            if what == "event" and seqs[i] != index:
+                c.reason("sequence_not_contiguous", f"{where}:{log.line_no(i)}:{log.offset(i)}: "
+                         f"piece {index} of the log (as resume splits it) has sequence "
+                         f"{seqs[i]}; resume needs {index}")
+                break
     if manifest is not None:
-        for e in events:
-            if e.run_id != manifest.run_id:
-                c.reason("run_id_drift", f"{where}:{e.line_no}:{e.byte_offset}: run_id "
-                         f"{e.run_id!r} != manifest {manifest.run_id!r}")
-                break
-        for e in events:
-            if e.task_id is not None and e.task_id != manifest.task_id:
-                c.reason("task_id_drift", f"{where}:{e.line_no}:{e.byte_offset}: task_id "
-                         f"{e.task_id!r} != manifest {manifest.task_id!r}")
-                break
-    return (events[-1].sequence if events else -1), log
+        run_ids = log.run_ids
+        if run_ids.count(manifest.run_id) != n:
+            i = next(i for i, r in enumerate(run_ids) if r != manifest.run_id)
+            c.reason("run_id_drift", f"{where}:{log.line_no(i)}:{log.offset(i)}: run_id "
+                     f"{run_ids[i]!r} != manifest {manifest.run_id!r}")
+        task_ids = log.task_ids
+        if not {*task_ids} <= {None, manifest.task_id}:
+            i = next(i for i, t in enumerate(task_ids)
+                     if t is not None and t != manifest.task_id)
+            c.reason("task_id_drift", f"{where}:{log.line_no(i)}:{log.offset(i)}: task_id "
+                     f"{task_ids[i]!r} != manifest {manifest.task_id!r}")
 
 
 def _auditor_warnings(run: RunData, c: _Collector, manifest: SessionManifest | None,
                       ahead: bool) -> None:
-    where = f"{run.run_dir}/events.jsonl"
     name = run.run_dir.rstrip("/").rsplit("/", 1)[-1]
     if run.run_id and name != run.run_id and run.kind != "subagent" and run.kind != "external":
         c.warn("run_id_mismatch_dirname", f"{run.run_dir}: run_id {run.run_id!r} differs from "
@@ -350,122 +422,10 @@ def _auditor_warnings(run: RunData, c: _Collector, manifest: SessionManifest | N
         if (run.files[fname].size or 0) > RUNNER_FILE_LIMIT:
             c.warn("file_too_large_for_runner", f"{run.run_dir}/{fname} exceeds 16 MiB")
 
-    clean = _clean(run)
-    if clean is not None:
-        _clean_event_warnings(run, clean, c, manifest, ahead)
-        return
-    events = run.events
-    # pairing of tool and approval events (tail side effects are the verdict's business)
-    started: dict[str, Event] = {}
-    completed: set[str] = set()
-    for e in events:
-        tcid = e.data.get("tool_call_id")
-        if e.event_type == "tool.started" and isinstance(tcid, str):
-            started[tcid] = e
-        elif e.event_type == "tool.completed" and isinstance(tcid, str):
-            completed.add(tcid)
-            if tcid not in started and e.data.get("preview") is not None:
-                c.warn("tool_unpaired", f"{where}:{e.line_no}:{e.byte_offset}: tool.completed "
-                       f"for {tcid} has no tool.started")
-    # Unclosed pairs are anomalies only when the run moved on past them (a later model step or
-    # terminal event); at the tail they are what a crash leaves, which the verdict covers.
-    moved_on_after = _moved_on_index(events)
-    for tcid, e in started.items():
-        if tcid not in completed and moved_on_after(e):
-            c.warn("tool_unpaired", f"{where}:{e.line_no}:{e.byte_offset}: tool.started for "
-                   f"{tcid} never completed")
-            break
-    requested: dict[str, Event] = {}
-    closed: set[str] = set()
-    for e in events:
-        rid = e.data.get("request_id")
-        if not isinstance(rid, str):
-            continue
-        if e.event_type == "approval.requested":
-            requested[rid] = e
-        elif e.event_type in ("approval.resolved", "approval.abandoned"):
-            closed.add(rid)
-            if e.event_type == "approval.resolved" and rid not in requested:
-                c.warn("approval_unpaired", f"{where}:{e.line_no}:{e.byte_offset}: "
-                       f"approval.resolved {rid} has no approval.requested")
-    open_requests = [rid for rid in requested if rid not in closed]
-    pending = manifest.pending_action if manifest is not None else None
-    for rid in open_requests:
-        if moved_on_after(requested[rid]):
-            e = requested[rid]
-            c.warn("approval_unpaired", f"{where}:{e.line_no}:{e.byte_offset}: approval "
-                   f"{rid} was never resolved")
-            break
-    if pending is not None and not ahead:
-        known = {e.data.get("request_id") for e in events if e.event_type.startswith("approval.")}
-        # pending_action is cleared by the first save after the start is durable, so it may
-        # still be set when the start is the log's last event (a crash right after it).
-        requested_at = _request_seq(events, pending.request_id)
-        action_started = any(
-            e.event_type in SIDE_EFFECT_STARTS and e is not events[-1] and (
-                e.data.get("tool_call_id") == pending.action_id
-                or f"verification:{e.data.get('name')}" == pending.action_id)
-            for e in events
-            if e.sequence > requested_at)
-        if pending.request_id not in known or action_started:
-            c.warn("pending_action_inconsistent", f"{run.run_dir}/session.json pending_action "
-                   f"{pending.request_id} ({pending.action_id}) "
-                   + ("has no approval event in the log" if pending.request_id not in known
-                      else "was already started, so it should have been cleared"))
-
-    # result.json vs the last terminal run.* event
-    terminal_events = [e for e in events if e.event_type in TERMINAL_RUN_EVENTS]
-    result = run.result if isinstance(run.result, dict) else None
-    if result is not None and run.kind != "external":
-        if not terminal_events:
-            c.warn("result_without_terminal_event", f"{run.run_dir}/result.json exists but the "
-                   "log has no terminal run.* event")
-        else:
-            t = terminal_events[-1]
-            status = t.event_type.split(".", 1)[1]
-            if result.get("status") != status or result.get("terminal_reason") != t.data.get(
-                    "terminal_reason"):
-                c.warn("result_disagrees", f"{run.run_dir}/result.json status/terminal_reason "
-                       f"{result.get('status')}/{result.get('terminal_reason')} != last "
-                       f"{t.event_type} {t.data.get('terminal_reason')}")
-
-    if manifest is not None and not ahead:
-        _usage_check(run, c, manifest, terminal_events)
-        _wall_time_check(run, c, manifest)
-
-
-def _moved_on_index(events: list[Event]):
-    """``f(event) -> bool``: whether a model step or terminal event follows ``event``."""
-    last_progress = -1
-    for i, e in enumerate(events):
-        if e.event_type == "model.requested" or e.event_type in TERMINAL_RUN_EVENTS:
-            last_progress = i
-    position = {id(e): i for i, e in enumerate(events)}
-    return lambda e: position.get(id(e), len(events)) < last_progress
-
-
-def _request_seq(events: list[Event], request_id: str) -> int:
-    for e in events:
-        if e.data.get("request_id") == request_id:
-            return e.sequence
-    return -1
+    _event_warnings(run, _events_of(run), c, manifest, ahead)
 
 
 _COUNTERS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
-
-
-def _usage_check(run: RunData, c: _Collector, manifest: SessionManifest,
-                 terminal_events: list[Event]) -> None:
-    if manifest.model_usage:
-        _usage_compare(run, c, manifest, None)
-        return
-    if any(e.event_type in ("loop.wind_down_completed", "loop.wind_down_failed")
-           for e in run.events):
-        return  # the wind-down call's usage is logged nowhere (§11.1)
-    if any(e.data.get("terminal_reason") == "token_budget_exceeded" for e in terminal_events):
-        return  # the crossing call has no model.completed (§11.1)
-    _usage_compare(run, c, manifest, [e.data.get("usage") for e in run.events if e.event_type in (
-        "model.completed", "role_lane.completed")])
 
 
 def _usage_compare(run: RunData, c: _Collector, manifest: SessionManifest,
@@ -518,71 +478,6 @@ def _usage_compare_struct(run: RunData, c: _Collector, manifest: Any) -> None:
                f"model_usage records in {', '.join(mismatch)}")
 
 
-# --- the same rules over the columns of a clean log (read.cleanlog) ------------------------------
-# A clean log is read by the exact path as one accepted, warning-free event per physical line,
-# and by resume's reader as exactly those lines, each a valid RunEvent (read.cleanlog says
-# why). So event i is line i + 1, and the rules above reduce to these (tests/test_cleanlog.py
-# proves the records equal on every sample run, byte cuts and generated logs).
-
-def _clean(run: RunData) -> CleanLog | None:
-    return run.fast if isinstance(run.fast, CleanLog) else None
-
-
-class _CleanEvent:
-    """Event ``i`` of a clean log where a message needs its place (offset computed lazily)."""
-
-    __slots__ = ("_log", "_i")
-
-    def __init__(self, log: CleanLog, i: int) -> None:
-        self._log, self._i = log, i
-
-    @property
-    def event_type(self) -> str:
-        return self._log.event_types[self._i]
-
-    @property
-    def line_no(self) -> int:
-        return self._i + 1
-
-    @property
-    def byte_offset(self) -> int:
-        return self._log.offset(self._i)
-
-
-def _check_clean_events(log: CleanLog, c: _Collector, manifest: Any, where: str) -> int:
-    """:func:`_check_events` after the file checks, for a clean native log."""
-    seqs = log.sequences
-    n = len(seqs)
-    if seqs != list(range(n)):
-        first_line: dict[int, int] = {}
-        for i, seq in enumerate(seqs):
-            if seq in first_line:
-                c.reason("duplicate_sequence", f"{where}:{i + 1}:{log.offset(i)}: sequence "
-                         f"{seq} already appeared at line {first_line[seq]}; hint: an "
-                         "emit without the lock (§4.5 hazard)")
-                break
-            first_line[seq] = i + 1
-        for i, seq in enumerate(seqs):
-            if seq != i:
-                c.reason("sequence_not_contiguous", f"{where}:{i + 1}:{log.offset(i)}: piece "
-                         f"{i} of the log (as resume splits it) has sequence {seq}; "
-                         f"resume needs {i}")
-                break
-    if manifest is not None:
-        run_ids = log.run_ids
-        if run_ids.count(manifest.run_id) != n:
-            i = next(i for i, r in enumerate(run_ids) if r != manifest.run_id)
-            c.reason("run_id_drift", f"{where}:{i + 1}:{log.offset(i)}: run_id "
-                     f"{run_ids[i]!r} != manifest {manifest.run_id!r}")
-        task_ids = log.task_ids
-        if not {*task_ids} <= {None, manifest.task_id}:
-            i = next(i for i, t in enumerate(task_ids)
-                     if t is not None and t != manifest.task_id)
-            c.reason("task_id_drift", f"{where}:{i + 1}:{log.offset(i)}: task_id "
-                     f"{task_ids[i]!r} != manifest {manifest.task_id!r}")
-    return seqs[-1] if n else -1
-
-
 _APPROVAL_CLOSERS = ("approval.resolved", "approval.abandoned")
 _USAGE_EVENTS = ("model.completed", "role_lane.completed")
 _WIND_DOWN = ("loop.wind_down_completed", "loop.wind_down_failed")
@@ -593,16 +488,19 @@ _RULE_TYPES = frozenset({
 })
 
 
-def _clean_event_warnings(run: RunData, log: CleanLog, c: _Collector, manifest: Any,
-                          ahead: bool) -> None:
-    """The event-level part of :func:`_auditor_warnings`, over a clean log's columns."""
+def _event_warnings(run: RunData, log: Events, c: _Collector, manifest: Any,
+                    ahead: bool) -> None:
+    """The event-level part of :func:`_auditor_warnings`, over the run's events as columns
+    (a clean log's own, or its ``Event`` s gathered: one rule set for both; the rules over
+    event objects they replaced are ``tests/oracles/resume_objects.py``)."""
     where = f"{run.run_dir}/events.jsonl"
     types = log.event_types
     objs = log.objects
     n = len(types)
     # the indices of the rule-relevant events, found by C-level iteration (no Python loop)
     picked = [(i, types[i]) for i in compress(range(n), map(_RULE_TYPES.__contains__, types))]
-    # Unclosed pairs count only when a model step or terminal event follows them
+    # Unclosed pairs are anomalies only when the run moved on past them (a later model step
+    # or terminal event); at the tail they are what a crash leaves, which the verdict covers.
     last_progress = -1
     for i, t in picked:
         if t == "model.requested" or t in TERMINAL_RUN_EVENTS:
@@ -622,8 +520,8 @@ def _clean_event_warnings(run: RunData, log: CleanLog, c: _Collector, manifest: 
             else:
                 completed.add(tcid)
                 if tcid not in started and objs[i].get("preview") is not None:
-                    c.warn("tool_unpaired", f"{where}:{i + 1}:{log.offset(i)}: tool.completed "
-                           f"for {tcid} has no tool.started")
+                    c.warn("tool_unpaired", f"{where}:{log.line_no(i)}:{log.offset(i)}: "
+                           f"tool.completed for {tcid} has no tool.started")
         elif t == "approval.requested" or t in _APPROVAL_CLOSERS:
             rid = objs[i].get("request_id")
             if not isinstance(rid, str):
@@ -633,23 +531,25 @@ def _clean_event_warnings(run: RunData, log: CleanLog, c: _Collector, manifest: 
             else:
                 closed.add(rid)
                 if t == "approval.resolved" and rid not in requested:
-                    c.warn("approval_unpaired", f"{where}:{i + 1}:{log.offset(i)}: "
+                    c.warn("approval_unpaired", f"{where}:{log.line_no(i)}:{log.offset(i)}: "
                            f"approval.resolved {rid} has no approval.requested")
         elif t in TERMINAL_RUN_EVENTS:
             terminal.append(i)
     for tcid, i in started.items():
         if tcid not in completed and i < last_progress:
-            c.warn("tool_unpaired", f"{where}:{i + 1}:{log.offset(i)}: tool.started for "
-                   f"{tcid} never completed")
+            c.warn("tool_unpaired", f"{where}:{log.line_no(i)}:{log.offset(i)}: tool.started "
+                   f"for {tcid} never completed")
             break
     for rid, i in requested.items():
         if rid not in closed and i < last_progress:
-            c.warn("approval_unpaired", f"{where}:{i + 1}:{log.offset(i)}: approval "
+            c.warn("approval_unpaired", f"{where}:{log.line_no(i)}:{log.offset(i)}: approval "
                    f"{rid} was never resolved")
             break
     pending = manifest.pending_action if manifest is not None else None
     if pending is not None and not ahead:
         known = {objs[i].get("request_id") for i in range(n) if types[i].startswith("approval.")}
+        # pending_action is cleared by the first save after the start is durable, so it may
+        # still be set when the start is the log's last event (a crash right after it).
         seqs = log.sequences
         requested_at = next((seqs[i] for i in range(n)
                              if objs[i].get("request_id") == pending.request_id), -1)
@@ -663,8 +563,9 @@ def _clean_event_warnings(run: RunData, log: CleanLog, c: _Collector, manifest: 
                    f"{pending.request_id} ({pending.action_id}) "
                    + ("has no approval event in the log" if pending.request_id not in known
                       else "was already started, so it should have been cleared"))
+    # result.json vs the last terminal run.* event
     result = run.result if isinstance(run.result, dict) else None
-    if result is not None:  # a clean log is a native run's
+    if result is not None and run.kind != "external":
         if not terminal:
             c.warn("result_without_terminal_event", f"{run.run_dir}/result.json exists but the "
                    "log has no terminal run.* event")
@@ -680,6 +581,7 @@ def _clean_event_warnings(run: RunData, log: CleanLog, c: _Collector, manifest: 
         if manifest.model_usage:
             _usage_compare(run, c, manifest, None)
         elif not any(t in _WIND_DOWN for _i, t in picked) and not any(
+                # the wind-down call's usage is logged nowhere, nor the crossing call's (§11.1)
                 objs[i].get("terminal_reason") == "token_budget_exceeded" for i in terminal):
             _usage_compare(run, c, manifest,
                            [objs[i].get("usage") for i, t in picked if t in _USAGE_EVENTS])

@@ -28,15 +28,23 @@ from rivumi_analysis.audit import audit, record_from_run
 from rivumi_analysis.read import columnar as _columnar
 from rivumi_analysis.read.cleanlog import CleanLog, clean_log
 from rivumi_analysis.read.discovery import discover
-from rivumi_analysis.read.snapshot import fast_lines_and_events, read_run
+from rivumi_analysis.read.snapshot import read_run
+from rivumi_analysis.resume import decide
 from tests.conftest import EXAMPLE_DIR, SAMPLE_RUNS, example_events, example_request
+from tests.oracles.resume_objects import decide as oracle_decide
 from tests.test_columnar import LINES, MUTATIONS, _mutate
 
 
 def records(run_dir: str, **kw: Any) -> tuple[dict[str, Any], dict[str, Any], bool]:
     """(exact record, record from the columns, whether the log was read as columns)."""
-    exact = record_from_run(read_run(run_dir, **kw))
+    exact_read = read_run(run_dir, **kw)
+    exact = record_from_run(exact_read)
     run = read_run(run_dir, clean=True, **kw)
+    # the rules run once, over columns, for both readings: each verdict equals the oracle's
+    # over event objects (tests/oracles/resume_objects.py)
+    want = oracle_decide(exact_read)
+    assert decide(exact_read) == want, run_dir
+    assert decide(run) == want, run_dir
     return exact, record_from_run(run), isinstance(run.fast, CleanLog)
 
 
@@ -62,14 +70,6 @@ def test_audit_api_equal_under_both_engines(monkeypatch: pytest.MonkeyPatch) -> 
     ref = audit(str(SAMPLE_RUNS), jobs=1, cache=False)
     monkeypatch.setenv(_columnar.ENGINE_ENV, "fast")
     assert audit(str(SAMPLE_RUNS), jobs=1, cache=False) == ref
-
-
-def test_clean_implies_the_object_builder_accepts() -> None:
-    """Wherever ``clean_log`` accepts, the exact path's fast object builder does too."""
-    for path in sorted(SAMPLE_RUNS.rglob("events.jsonl")):
-        data = path.read_bytes()
-        if clean_log(data) is not None:
-            assert fast_lines_and_events(_columnar.decode(data), data) is not None
 
 
 # --- the example, cut and mutated ---------------------------------------------------------------

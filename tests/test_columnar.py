@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rivumi_analysis.read import columnar as _columnar
+from rivumi_analysis.read.cleanlog import clean_log
 from rivumi_analysis.read.snapshot import (
     _decode_events,
     _merge_line_warnings,
@@ -36,15 +37,11 @@ def exact(data: bytes) -> tuple[list[Any], list[Any]]:
 
 
 def fast_rows(data: bytes) -> list[dict[str, Any]] | None:
-    """The fast path's rows for ``data``, or None when it declines the file."""
-    dec = _columnar.decode(data)
-    if dec is None:
+    """The fast path's rows for ``data``, or None when the clean-log test declines it."""
+    log = clean_log(data)
+    if log is None:
         return None
-    table, ok = _columnar.columns([dec])
-    if not ok[0]:
-        assert table.num_rows == 0
-        return None
-    return table.drop_columns(["file"]).to_pylist()
+    return _columnar.columns([log]).drop_columns(["file"]).to_pylist()
 
 
 def check_same(data: bytes) -> bool:
@@ -65,8 +62,7 @@ def check_same(data: bytes) -> bool:
     } for e in events]
     assert rows == want
     # the object builder (for snapshots) agrees too
-    built = fast_lines_and_events(_columnar.decode(data), data)
-    assert built is not None
+    built = fast_lines_and_events(clean_log(data))
     assert built[0] == lines
     assert built[1] == events  # every field, the parsed line (``obj``) included
     assert [e.created_at.tzinfo for e in built[1]] == [e.created_at.tzinfo for e in events]
@@ -294,3 +290,25 @@ def test_snapshots_and_audit_records_equal_on_every_sample_run(
     ref = audit(str(SAMPLE_RUNS), jobs=2, cache=False)
     monkeypatch.setenv(_columnar.ENGINE_ENV, "fast")
     assert audit(str(SAMPLE_RUNS), jobs=2, cache=False) == ref
+
+
+def test_exact_run_of_a_columnar_read_equals_the_exact_reading(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``exact_run`` builds a clean log's objects from its columns: the same lines and events
+    as the exact per-line reading, on every sample run read for columns or for the audit."""
+    from rivumi_analysis.read.discovery import discover
+    from rivumi_analysis.read.snapshot import exact_run, read_run
+
+    locations = discover(str(SAMPLE_RUNS)).runs
+    monkeypatch.setenv(_columnar.ENGINE_ENV, "exact")
+    want = [read_run(loc.run_dir, is_subagent=loc.is_subagent) for loc in locations]
+    monkeypatch.setenv(_columnar.ENGINE_ENV, "auto")
+    built = 0
+    for loc, ref in zip(locations, want, strict=True):
+        for kw in ({"columnar": True}, {"clean": True}):
+            run = read_run(loc.run_dir, is_subagent=loc.is_subagent, **kw)
+            built += run.fast is not None
+            got = exact_run(run)
+            assert (got.lines, got.events, got.kind, got.fast) == (
+                ref.lines, ref.events, ref.kind, None), loc.run_dir
+    assert built > 100  # most sample runs are clean, read both ways

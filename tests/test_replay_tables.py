@@ -292,17 +292,16 @@ def test_facts_that_only_an_explanation_shows(tmp_path):
         assert wall["matches"] and wall["explanation"] is None
 
 
-def _clean_views(source: str) -> tuple[list[Any], list[Any]]:
+def _clean_reads(source: str) -> list[Any]:
+    """The runs of ``source`` as the store's chunk reads them (a clean log as its CleanLog)."""
     from rivumi_analysis.read.discovery import discover
     from rivumi_analysis.store.build import read_for_tables
-    from rivumi_analysis.tables.replayed import decoded_view as _decoded_view
 
-    runs = [read_for_tables(loc) for loc in discover(source).runs]
-    return runs, [_decoded_view(r) for r in runs]
+    return [read_for_tables(loc) for loc in discover(source).runs]
 
 
 def test_columns_taken_from_the_events_table_of_clean_reads(tmp_path):
-    """``replay_tables(views, events=...)`` (the store's clean reads) equals the tables
+    """``replay_tables(runs, events=...)`` (the store's clean reads) equals the tables
     derived without it and the reference, also when the events rows do not cover a run whole
     (that run's columns are then derived again)."""
     from rivumi_analysis.synth.corpus import generate_corpus
@@ -310,13 +309,13 @@ def test_columns_taken_from_the_events_table_of_clean_reads(tmp_path):
 
     generate_corpus(str(tmp_path / "c"), runs=40, target_mb=0.5, workers=1, seed=4)
     for source in (str(SAMPLE_RUNS), str(FIXTURES), str(tmp_path / "c")):
-        runs, views = _clean_views(source)
-        assert any(v.fast is not None for v in views)
+        runs = _clean_reads(source)
+        assert any(r.fast is not None for r in runs)
         events = events_frame(runs)
-        plain = replay_tables(views)
+        plain = replay_tables(runs)
         for ev in (events, events.tail(events.height - 7), events.reverse(),
                    pl.concat([events, events.head(30)])):
-            got = replay_tables(views, events=ev)
+            got = replay_tables(runs, events=ev)
             for name in plain:
                 assert_frame_equal(plain[name], got[name])
         assert_frame_equal(plain["states"], states_df(source, engine="reference"))
@@ -331,9 +330,9 @@ def test_generated_clean_logs_with_events_columns(ops, man):
 
     with tempfile.TemporaryDirectory() as tmp:
         _write(_ops_log(ops).bytes(), man, None, tmp)
-        runs, views = _clean_views(tmp)
+        runs = _clean_reads(tmp)
         ref = _reference(load_fleet(tmp).runs)
-        got = replay_tables(views, events=events_frame(runs), tables=("drift", "forks"),
+        got = replay_tables(runs, events=events_frame(runs), tables=("drift", "forks"),
                             validate=False)
         assert_frame_equal(ref["drift"], got["drift"])
         assert_frame_equal(ref["forks"], got["forks"])

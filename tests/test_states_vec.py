@@ -494,3 +494,27 @@ def test_time_spans_beyond_float_precision_fall_back(tmp_path):
         (run / "session.json").write_text(json.dumps(manifest()))
         assert (fallback_reasons([read_run(str(run))]) == {}) is vectorised
         _check(str(run))
+
+
+def test_public_reference_engine_runs_the_reducer(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The public ``states_df(engine="reference")`` reduces every run event by event (issue
+    28): it is not answered from the store, which holds the vectorised engine's table."""
+    import rivumi_analysis
+
+    store = tmp_path / "store"
+    auto = rivumi_analysis.states_df(str(EXAMPLE), store_dir=store)  # fills the store
+    reduced: list[str] = []
+    real = states_mod.replay_run
+
+    def spy(run: Any, **kw: Any) -> Any:
+        reduced.append(run.run_dir)
+        return real(run, **kw)
+
+    monkeypatch.setattr(states_mod, "replay_run", spy)
+    ref = rivumi_analysis.states_df(str(EXAMPLE), store_dir=store, engine="reference")
+    assert reduced == [str(EXAMPLE)]
+    _assert_same(ref, auto)
+    reduced.clear()
+    assert rivumi_analysis.states_df(str(EXAMPLE), store_dir=store).equals(auto)
+    assert reduced == []  # the default engine is answered from the store

@@ -1,15 +1,18 @@
-"""A clean native log as columns, for the audit: no per-event object, no second walk.
+"""The clean-log test, once: a clean native log as columns, no per-event object.
 
-:func:`clean_log` accepts an ``events.jsonl`` only when the columnar fast path
-(:func:`rivumi_analysis.read.columnar.decode`) accepts the file AND every per-event check of
-the object builder (``snapshot.fast_lines_and_events``) passes, checked here over whole
-columns at once (one regular-expression match over all timestamps, C-level string checks
-of the envelope strings, C-level scans for line lengths and nesting). Such a file is read by the exact path
+:func:`clean_log` is the one place that decides whether an ``events.jsonl`` is clean: the
+whole-file checks of :func:`rivumi_analysis.read.columnar.decode`, then every per-event check
+over whole columns at once (one regular-expression match over all timestamps, C-level string
+checks of the envelope strings, C-level scans for line lengths and nesting). Every reader
+takes its answer: the audit (``read_run(clean=True)``), the table builders
+(``read_run(columnar=True)``: ``columnar.columns`` of the accepted logs), and the snapshot's
+object builder (``snapshot.fast_lines_and_events``). Such a file is read by the exact path
 as: every physical line an accepted event with no warning, no blank or quarantined line; and
 by resume's reader as exactly those lines, each a valid RunEvent. So the verdict needs only
 the envelope columns (sequence, type, run/task id), and the parsed ``data`` of the few event
 types the rules read. ``rivumi_analysis.resume`` and ``rivumi_analysis.audit`` compute the
-record from it; ``tests/test_cleanlog.py`` proves the record equal to the exact path's.
+record from it; ``tests/test_cleanlog.py`` proves the record equal to the exact path's, and
+``tests/test_columnar.py`` the columns and objects equal to the exact reading.
 
 >>> line = (b'{"created_at":"2026-08-20T21:02:47.879324Z","data":{"step":1},"event_id":"e",'
 ...         b'"event_type":"model.requested","run_id":"r","sequence":0,"task_id":"t"}\\n')
@@ -77,6 +80,23 @@ class CleanLog:
     def objects(self) -> list[dict[str, Any]]:
         """The parsed ``data`` object of every event."""
         return self.decoded.objects
+
+    def lengths(self) -> array:
+        """Every line's length in bytes, newline excluded (measured now when
+        :func:`clean_log` did not)."""
+        if self.line_lengths is not None:
+            return self.line_lengths
+        lines = self.data.split(b"\n")
+        lines.pop()  # the empty piece after the final newline
+        return array("q", map(len, lines))
+
+    def longest(self) -> int:
+        """The longest line's length in bytes."""
+        return self.longest_line if self.longest_line is not None else max(self.lengths())
+
+    def line_no(self, index: int) -> int:
+        """Line number of event ``index`` (0-based): one event per line."""
+        return index + 1
 
     def offset(self, index: int) -> int:
         """Byte offset of event ``index`` (0-based; its line number is ``index + 1``)."""

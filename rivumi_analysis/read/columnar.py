@@ -1,10 +1,12 @@
 """The columnar fast path: one ``events.jsonl`` to Arrow columns in a few C-level passes.
 
-The unit of work is a file. :func:`scan` decides with whole-buffer checks whether the exact
-per-line reading (``_snapshot._decode_events``, the reference and the oracle in tests) would
-give a result that is provable without per-line Python work, and if so produces the columns
-directly. A file is on the fast path only when all of these hold (each is one C-level pass or
-a vectorised expression over a column):
+The unit of work is a file. Whether the exact per-line reading (``_snapshot._decode_events``,
+the reference and the oracle in tests) would give a result provable without per-line Python
+work is decided ONCE, by the clean-log test :func:`rivumi_analysis.read.cleanlog.clean_log`:
+:func:`decode` here is its whole-file part, ``clean_log`` adds the per-event checks over
+whole columns, and :func:`columns` turns accepted logs into Arrow columns without checking
+anything again. A file is clean only when all of these hold (each is one C-level pass or a
+whole-column check):
 
 - it is not empty and ends with ``\\n`` (no torn tail);
 - no raw NEL (``C2 85``), U+2028 or U+2029 (the ``str.splitlines()`` separators that are legal
@@ -22,8 +24,9 @@ a vectorised expression over a column):
 - re-encoding every decoded ``data`` object gives back its exact text: no duplicate key at
   any depth (a repeated key would be dropped and the bytes would differ), no whitespace
   (so no ``\\r``), numbers in canonical form, valid UTF-8 in every string;
-- ``event_type``, ``run_id``, ``event_id`` and ``task_id`` are printable ASCII without spaces
-  (nothing replay's stripping or normalisation could change), ``sequence <= 2**63 - 1``;
+- ``event_type``, ``run_id``, ``event_id`` and ``task_id`` are printable ASCII without
+  spaces, quotes or backslashes (nothing replay's stripping or normalisation could change,
+  and JSON writes them as themselves), ``sequence <= 2**63 - 1``;
 - every ``created_at`` round-trips through a strict parse and the runner's own format
   (``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``, fraction omitted when zero): valid calendar dates and
   times only (no hour 24, second 60, 30 February, year 0, ...);
@@ -31,7 +34,7 @@ a vectorised expression over a column):
   ``data`` value holds at most :data:`MAX_BRACKETS` ``{``/``[`` bytes, a bound on its depth).
 
 For such a file the exact path accepts every line with no warning at all, so the answer is
-the columns. Anything else returns ``None`` and the caller takes the exact path.
+the columns. Anything else is not clean and the caller takes the exact path.
 """
 
 from __future__ import annotations
@@ -83,10 +86,7 @@ MAX_SEQUENCE = 2**63 - 1
 # separators str.splitlines() honours that may appear raw inside a JSON string, and a BOM
 # anywhere (the fidelity list, /work/notes/fast-path-exclusions.md, item 4)
 _RAW_SEPARATORS = (b"\xc2\x85", b"\xe2\x80\xa8", b"\xe2\x80\xa9", b"\xef\xbb\xbf")
-# envelope strings replay strips or compares differently: printable ASCII, no space, only
-_PLAIN = r"^[!-~]+$"
 _BAD_ESCAPE = re.compile(rb"\\u(?:[dD][89abcdefABCDEF]|0000)")  # a surrogate, or NUL
-_TS_SHAPE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{6})?Z$"
 # {"created_at":" + ts + ","data": + data + ,"event_id": + J + ,"event_type": + J +
 # ,"run_id": + J + ,"sequence": + N + ,"task_id": + J + }
 _LAYOUT_FIXED = 15 + 9 + 12 + 14 + 10 + 12 + 11 + 1
@@ -128,11 +128,9 @@ def engine(override: str | None = None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
-    """A file that passed the per-file checks (C-level passes over the whole buffer).
-
-    The per-event checks (timestamps, line lengths, nesting) run over a batch of files at
-    once (:func:`columns`) or in the per-file object builder (:func:`lines_and_events`).
-    """
+    """A file that passed the per-file checks (C-level passes over the whole buffer); the
+    per-event checks (timestamps, line lengths, nesting, envelope strings) are
+    ``cleanlog.clean_log``'s."""
 
     envelopes: list[Envelope]
     objects: list[dict[str, Any]]
@@ -143,7 +141,7 @@ class Decoded:
 
 
 def decode(data: bytes) -> Decoded | None:
-    """Per-file checks of the fast path; ``None`` sends the file to the exact path.
+    """Per-file checks of the clean-log test; ``None`` sends the file to the exact path.
 
     >>> line = (b'{"created_at":"2026-08-20T21:02:47.879324Z","data":{"step":1},"event_id":"e",'
     ...         b'"event_type":"model.requested","run_id":"r","sequence":0,"task_id":"t"}\\n')
@@ -186,77 +184,51 @@ def _i64(values: list[int]) -> pa.Array:
     return pa.array(values, pa.int64())
 
 
-def columns(files: list[Decoded]) -> tuple[pa.Table, list[bool]]:
-    """Event columns of a batch of decoded files, and which files passed the batch checks.
+def columns(logs: list[Any]) -> pa.Table:
+    """Event columns of a batch of clean logs (``read.cleanlog.CleanLog``, every check of
+    the clean-log test done: nothing is checked again here).
 
-    Rows of files that fail (a timestamp not in the runner's format, a line over 128 KiB, a
-    value that may nest too deeply, an envelope string the layout arithmetic cannot size) are
-    left out; the caller reads those files with the exact path. Columns: ``file`` (index into
-    ``files``), ``line_no``, ``byte_offset``, ``byte_length``, ``sequence``, ``event_type``,
-    ``event_run_id``, ``task_id``, ``event_id``, ``created_at``, ``data``.
+    Columns: ``file`` (index into ``logs``), ``line_no``, ``byte_offset``, ``byte_length``,
+    ``sequence``, ``event_type``, ``event_run_id``, ``task_id``, ``event_id``,
+    ``created_at``, ``data``.
     """
-    envs = [e for f in files for e in f.envelopes]
-    n = len(envs)
-    counts = [len(f) for f in files]
-    file_idx = _per_row(counts, list(range(len(files))), pa.int32())
+    chain = itertools.chain.from_iterable
+    n = sum(map(len, logs))
+    counts = [len(f) for f in logs]
+    file_idx = _per_row(counts, list(range(len(logs))), pa.int32())
     first_row = _per_row(counts, list(itertools.accumulate(counts, initial=0))[:-1], pa.int64())
     line_no = pc.subtract(_row_numbers(n), first_row) if n else pa.array([], pa.int64())
-    raws = [e.data for e in envs]
+    raws = [e.data for f in logs for e in f.envelopes]
     data_len = _i64([len(r) for r in raws])
     joined = b"".join(raws)
     del raws
     data_col = pa.LargeStringArray.from_buffers(
         n, _offsets(data_len), pa.py_buffer(joined))
-    seq = _i64([e.sequence for e in envs])
-    etype = pa.array([e.event_type for e in envs], pa.large_string())
-    rid = pa.array([e.run_id for e in envs], pa.large_string())
-    eid = pa.array([e.event_id for e in envs], pa.large_string())
-    tid = pa.array([e.task_id for e in envs], pa.large_string())
-    ts = pa.array([e.created_at for e in envs], pa.large_string())
-    bad = pa.array([False] * n)
-    # timestamps: the runner's exact shape (6 fraction digits, omitted when zero), then a
-    # strict parse (no hour 24, second 60, 30 February, year 0, ...)
-    bad = pc.or_(bad, pc.invert(pc.match_substring_regex(ts, _TS_SHAPE)))
-    bad = pc.or_(bad, pc.ends_with(ts, ".000000Z"))
-    bad = pc.or_(bad, pc.starts_with(ts, "0000"))  # Arrow reads year 0; Python has none
-    for arr in (etype, rid, eid, tid):  # a null task_id is plain
-        bad = pc.or_(bad, pc.invert(pc.fill_null(pc.match_substring_regex(arr, _PLAIN), True)))
-    created_at, bad = _parse_timestamps(ts, bad, counts)
-    # Line lengths from the canonical layout: each term is the encoded length of a field when
-    # its string needs no escape, and only ever less than it otherwise. The file-size check
-    # below compares the sum, so an equal sum proves every line's length.
+    seq = _i64(list(chain(f.sequences for f in logs)))
+    etype = pa.array(list(chain(f.event_types for f in logs)), pa.large_string())
+    rid = pa.array(list(chain(f.run_ids for f in logs)), pa.large_string())
+    eid = pa.array(list(chain(f.event_ids for f in logs)), pa.large_string())
+    tid = pa.array(list(chain(f.task_ids for f in logs)), pa.large_string())
+    ts = pa.array(list(chain(f.created_ats for f in logs)), pa.large_string())
+    created_at = pc.cast(ts, pa.timestamp("us", "UTC"))
+    # Line lengths from the canonical layout, exact for a clean log: its envelope strings
+    # are printable ASCII without a quote or backslash (JSON writes them as themselves) and
+    # ``data`` is the line's own bytes.
     length = pc.add(data_len, _LAYOUT_FIXED + 6)  # + the quotes of event_id/event_type/run_id
     for arr in (ts, etype, rid, eid):
         length = pc.add(length, pc.binary_length(arr).cast(pa.int64()))
     length = pc.add(length, pc.utf8_length(pc.cast(seq, pa.large_string())).cast(pa.int64()))
     length = pc.add(length, pc.fill_null(pc.add(pc.binary_length(tid).cast(pa.int64()), 2), 4))
-    bad = pc.or_(bad, pc.greater(length, REPLAY_LINE_LIMIT))
-    brackets = pc.add(pc.count_substring(data_col, "{"), pc.count_substring(data_col, "["))
-    bad = pc.or_(bad, pc.greater(brackets, MAX_BRACKETS))
-    table = pa.table({"file": file_idx, "line_no": line_no, "length": length, "bad": bad})
-    per_file = table.group_by("file", use_threads=False).aggregate(
-        [("length", "sum"), ("bad", "any"), ("line_no", "count")])
-    sums = dict(zip(per_file["file"].to_pylist(), zip(
-        per_file["length_sum"].to_pylist(), per_file["bad_any"].to_pylist(),
-        per_file["line_no_count"].to_pylist(), strict=True), strict=True))
-    ok = []
-    for i, f in enumerate(files):
-        total, any_bad, lines = sums.get(i, (0, False, 0))
-        ok.append(not any_bad and total + lines == f.size)
     ends = pc.cumulative_sum(pc.add(length, 1))
     # offsets restart at every file: subtract the end of the previous file
     file_start = _per_row(counts, list(itertools.accumulate(
-        (f.size for f in files), initial=0))[:-1], pa.int64())
+        (len(f.data) for f in logs), initial=0))[:-1], pa.int64())
     byte_offset = pc.subtract(pc.subtract(ends, pc.add(length, 1)), file_start)
-    out = pa.table({
+    return pa.table({
         "file": file_idx, "line_no": line_no, "byte_offset": byte_offset, "byte_length": length,
         "sequence": seq, "event_type": etype, "event_run_id": rid, "task_id": tid,
         "event_id": eid, "created_at": created_at, "data": data_col,
     })
-    if not all(ok):
-        keep = pc.is_in(file_idx, pa.array([i for i, good in enumerate(ok) if good], pa.int32()))
-        out = out.filter(keep)
-    return out, ok
 
 
 def _per_row(counts: list[int], values: list[int], typ: pa.DataType) -> pa.Array:
@@ -276,29 +248,6 @@ def _per_row(counts: list[int], values: list[int], typ: pa.DataType) -> pa.Array
 def _row_numbers(n: int) -> pa.Array:
     """``1, 2, ..., n`` as int64."""
     return pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n))
-
-
-def _parse_timestamps(ts: pa.Array, bad: pa.Array,
-                      counts: list[int]) -> tuple[pa.Array, pa.Array]:
-    """Parse ``ts`` strictly; a file holding an unparsable value is marked bad as a whole."""
-    _UTC_US = pa.timestamp("us", "UTC")  # noqa: N806 (a constant, made here: pyarrow is lazy)
-    shaped = pc.if_else(bad, pa.scalar("2000-01-01T00:00:00Z", pa.large_string()), ts)
-    try:
-        return pc.cast(shaped, _UTC_US), bad
-    except (pa.ArrowInvalid, ValueError):
-        pass
-    parts, flags, start = [], [], 0
-    for c in counts:  # rare: find the files that hold the bad values
-        piece = shaped.slice(start, c)
-        try:
-            parts.append(pc.cast(piece, _UTC_US))
-            flags.extend([False] * c)
-        except (pa.ArrowInvalid, ValueError):
-            parts.append(pa.nulls(c, _UTC_US))
-            flags.extend([True] * c)
-        start += c
-    return pa.concat_arrays(parts) if parts else pa.array([], _UTC_US), pc.or_(
-        bad, pa.array(flags, pa.bool_()))
 
 
 def _offsets(lengths: pa.Array) -> pa.Buffer:

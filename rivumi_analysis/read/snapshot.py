@@ -141,12 +141,11 @@ class RunData:
     for the audit (``read_run(clean=True)``) and the twin accepts it; ``manifest`` then holds
     only the keys the audit reads of the document (:func:`audit_manifest`)."""
     fast: Any = None
-    """``columnar.Decoded`` when the run was read for columns (``read_run(columnar=True)``)
-    and its log is on the fast path; ``lines`` and ``events`` are then empty and only the
-    columnar table builders may use the run (:func:`exact_run` gives the complete snapshot).
-    ``cleanlog.CleanLog`` when read for the audit (``read_run(clean=True)``) and the log is
-    clean: ``lines``/``events`` are empty, every other field is complete, and the verdict
-    rules read the columns."""
+    """The log's ``cleanlog.CleanLog`` when it is clean and the run was read for columns
+    (``read_run(columnar=True)``: only the columnar table builders may use the run) or for
+    the audit (``read_run(clean=True)``: every other field is complete, and the verdict
+    rules read the columns); ``lines`` and ``events`` are then empty (:func:`exact_run`
+    gives the complete snapshot). None: the log was read line by line."""
 
     @property
     def run_path(self) -> str:
@@ -544,14 +543,14 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     the bytes just read. ``decoded_out``, when given, receives ``(lines, events)`` as decoded
     (before the kind-dependent warnings), for the cache to store.
 
-    ``columnar=True`` (the table builders): when the log is on the columnar fast path
-    (``columnar.decode``; engine not ``exact``), ``RunData.fast`` holds it and no per-line
-    object is built. What no table needs is then not read: ``request.json`` and
-    ``result.json`` (status ``not_read``), the listing and the writer lock (``with_request``:
+    ``columnar=True`` (the table builders): when the log is clean
+    (``read.cleanlog.clean_log``; engine not ``exact``), ``RunData.fast`` holds its
+    ``CleanLog`` and no per-line object is built. What no table needs is then not read:
+    ``request.json`` and ``result.json`` (status ``not_read``), the listing and the writer lock (``with_request``:
     ``request.json`` is read all the same, for the limits ``states_df`` needs).
     ``skim`` (with ``columnar``; ``events_df``): ``manifest`` and ``checkpoint`` hold only the
-    keys kind and run id are decided by (``read.docskim``), ``backend_result`` is not parsed,
-    and ``RunData.fast`` is a ``cleanlog.CleanLog`` (every per-event check done).
+    keys kind and run id are decided by (``read.docskim``) and ``backend_result`` is not
+    parsed.
 
     ``clean=True`` (the audit): every file is read as usual, but when the log of a native
     run is clean (``read.cleanlog.clean_log``; engine not ``exact``), ``RunData.fast`` holds
@@ -648,49 +647,32 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     ev = files["events.jsonl"]
     events_bytes = ev.data if ev.status == "ok" else None
     fast = None
-    if columnar and events_bytes and events_prefix is None:
-        from .columnar import decode, engine
-
-        if engine() != "exact":
-            if skim:  # events_df: the clean-log proof, all of it per file (no pyarrow)
-                from .cleanlog import clean_log
-
-                fast = clean_log(events_bytes, per_line=False)
-            else:
-                fast = decode(events_bytes)
-    elif clean and events_bytes and events_prefix is None:
+    if events_bytes and events_prefix is None and _columnar_engine() != "exact":
         from .cleanlog import clean_log
-        from .columnar import engine
 
-        if engine() != "exact":
-            fast = clean_log(events_bytes)
+        # the clean-log test, once for every reading (a reading for columns does not
+        # measure the lines: no object and no replay proof of it needs their lengths)
+        fast = clean_log(events_bytes, per_line=not columnar)
     if checkpoint is _LATER:  # (skim) needed only when the log is not clean: see _kind_free
         checkpoint = None if fast is not None else parse_doc(files["checkpoint.json"])[0]
-    if fast is not None and clean and not columnar:
+    kind = ""
+    if fast is not None and (columnar or clean):
         kind = _kind(files, manifest, checkpoint, fast.envelopes, is_subagent)
-        if kind == "external":  # the columns are for native logs: build the objects
-            lines, events = fast_lines_and_events(fast.decoded, events_bytes) or _decode_events(
-                events_bytes)
-            fast = None
-            if decoded_out is not None:
-                decoded_out.append((lines, events))
-        else:
-            lines, events = [], []
-        run_id = _run_id(manifest, fast.envelopes if fast is not None else events, checkpoint)
-    elif fast is not None:
+    if fast is not None and (columnar or (clean and kind != "external")):
+        # the clean log is kept as columns (the audit's rules read a native log's only)
         lines, events = [], []
-        envs = fast.envelopes
-        kind = _kind(files, manifest, checkpoint, envs, is_subagent)
-        run_id = _run_id(manifest, envs, checkpoint)
+        run_id = _run_id(manifest, fast.envelopes, checkpoint)
     else:
-        built = _fast_objects(events_bytes) if events_prefix is None else None
-        lines, events = built or _decode_events(events_bytes, events_prefix)
+        # the objects: a clean log's built from its columns, any other log line by line
+        lines, events = (fast_lines_and_events(fast) if fast is not None
+                         else _decode_events(events_bytes, events_prefix))
         if decoded_out is not None:
             decoded_out.append((lines, events))
         kind = _kind(files, manifest, checkpoint, events, is_subagent)
-        if kind != "external" and built is None:  # the fast path has no warning to add
+        if kind != "external" and fast is None:  # a clean log has no warning to add
             events = _with_native_warnings(events, events_bytes or b"")
             lines = _merge_line_warnings(lines, events)
+        fast = None
         run_id = _run_id(manifest, events, checkpoint)
     if columnar or ".writer.lock" in not_read:
         token, held = None, False
@@ -764,65 +746,27 @@ def _io_for(run_dir: str) -> tuple[Any, Any, Any, Any]:
     return _LOCAL_IO
 
 
-def _fast_objects(data: bytes | None) -> tuple[list[Line], list[Event]] | None:
-    """The snapshot's lines and events from the columnar fast path, when it applies."""
-    if not data:
-        return None
-    from .columnar import decode, engine
-
-    if engine() == "exact":
-        return None
-    dec = decode(data)
-    return fast_lines_and_events(dec, data) if dec is not None else None
-
-
-_PLAIN_RE = re.compile(r"[!-~]+")
-_CANONICAL_TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{6})?Z")
-
-
-def fast_lines_and_events(dec: Any, data: bytes) -> tuple[list[Any], list[Any]] | None:
-    """The exact path's ``(lines, events)`` for a decoded file, or None (take the exact path).
+def fast_lines_and_events(log: Any) -> tuple[list[Line], list[Event]]:
+    """The exact path's ``(lines, events)`` of a clean log (``cleanlog.CleanLog``).
 
     Builds the same ``Line``/``Event`` objects as :func:`_decode_events` without decoding any
-    line again: every line is accepted with no warning (``read.columnar`` says why). The
-    per-event checks that ``columnar.columns`` runs over a batch run here per event.
+    line again and without checking anything: the clean-log test has proved every line an
+    accepted event with no warning (``read.columnar`` says why).
     """
-    from .columnar import MAX_BRACKETS, REPLAY_LINE_LIMIT
-
-    envs = dec.envelopes
-    lengths = list(map(len, data.split(b"\n")))
-    lengths.pop()  # the empty piece after the final newline
-    if len(lengths) != len(envs) or max(lengths, default=0) > REPLAY_LINE_LIMIT:
-        return None
     fromiso = datetime.fromisoformat
-    match = _CANONICAL_TS.fullmatch
-    plain = _PLAIN_RE.fullmatch
     lines = []
     events = []
     pos = 0
-    objects = dec.objects
-    for i, e in enumerate(envs):
-        raw = bytes(e.data)
-        if len(raw) > MAX_BRACKETS and raw.count(b"{") + raw.count(b"[") > MAX_BRACKETS:
-            return None
+    for i, (e, n, data_obj) in enumerate(zip(log.envelopes, log.lengths(), log.objects,
+                                             strict=True)):
         ts = e.created_at
-        if match(ts) is None or ts.endswith(".000000Z") or ts.startswith("0000"):
-            return None
-        if not (plain(e.event_type) and plain(e.run_id) and plain(e.event_id) and (
-                e.task_id is None or plain(e.task_id))):
-            return None
-        try:
-            created = fromiso(ts)
-        except ValueError:
-            return None
-        n = lengths[i]
         line_no = i + 1
-        data_obj = objects[i]
         events.append(Event(line_no, pos, n, e.sequence, e.event_type, e.run_id, e.task_id,
-                            e.event_id, created, None, raw.decode("utf-8"), data_obj,
-                            (), {"created_at": ts, "data": data_obj, "event_id": e.event_id,
-                                 "event_type": e.event_type, "run_id": e.run_id,
-                                 "sequence": e.sequence, "task_id": e.task_id}))
+                            e.event_id, fromiso(ts), None, bytes(e.data).decode("utf-8"),
+                            data_obj, (),
+                            {"created_at": ts, "data": data_obj, "event_id": e.event_id,
+                             "event_type": e.event_type, "run_id": e.run_id,
+                             "sequence": e.sequence, "task_id": e.task_id}))
         lines.append(Line(line_no, pos, n, b"", True, "accepted", None, None, ()))
         pos += n + 1
     return lines, events
@@ -833,12 +777,13 @@ def clean_objects(run: RunData) -> tuple[list[Line], list[Event]]:
     exact reading receives: the objects before the kind-dependent warnings)."""
     if run.fast is None:
         return run.lines, run.events
-    built = fast_lines_and_events(run.fast.decoded, run.events_bytes or b"")
-    return built if built is not None else _decode_events(run.events_bytes)
+    return fast_lines_and_events(run.fast)
 
 
 def exact_run(run: RunData) -> RunData:
-    """``run`` with its log decoded by the exact per-line path (itself when it already is).
+    """``run`` as the exact per-line path reads it (itself when it already is): a clean log's
+    ``Line``/``Event`` objects built from its columns (:func:`fast_lines_and_events`, equal to
+    the exact decoding, which has no warning to add to a clean log).
 
     >>> r = read_run("tests/fixtures/example/a66038f97f204cb3aaa96339f195c37e", columnar=True)
     >>> (r.fast is not None, len(r.events), len(exact_run(r).events), exact_run(r).fast)
@@ -846,10 +791,7 @@ def exact_run(run: RunData) -> RunData:
     """
     if run.fast is None:
         return run
-    lines, events = _decode_events(run.events_bytes)
-    if run.kind != "external":
-        events = _with_native_warnings(events, run.events_bytes or b"")
-        lines = _merge_line_warnings(lines, events)
+    lines, events = fast_lines_and_events(run.fast)
     fields = {name: getattr(run, name) for name in RunData.__dataclass_fields__}
     fields.update(lines=lines, events=events, fast=None)
     return RunData(**fields)

@@ -71,13 +71,14 @@ def replay_accepts_fast(run: RunData, envelope_ok: bool) -> bool:
     return True
 
 
-def clean_replay_accepts(log: CleanLog) -> bool:
+def clean_replay_accepts(log: CleanLog, longest: int | None = None) -> bool:
     """:func:`replay_accepts_fast` for a clean log (``read.cleanlog``), over its columns.
 
     A clean log already holds every per-line condition above (each line an accepted event
     with no warning, newline-terminated, no ``\\u0000`` or surrogate escape, event types
     and run ids printable ASCII); what is left is the event count, unique sequences, one
-    ``run_id`` and the long-line bounds.
+    ``run_id`` and the long-line bounds (``longest``: the longest line's length when the
+    caller has it already).
     """
     seqs = log.sequences
     n = len(seqs)
@@ -85,7 +86,11 @@ def clean_replay_accepts(log: CleanLog) -> bool:
         return False
     if log.run_ids.count(log.run_ids[0]) != n:
         return False
-    return log.longest_line <= 4000 and log.most_brackets <= 400
+    if log.most_brackets > 400:  # (a clean line holds at most 200)
+        return False
+    if longest is None:  # a file of at most 4,000 bytes has no longer line: not measured
+        longest = len(log.data) if len(log.data) <= 4000 else log.longest()
+    return longest <= 4000
 
 
 def run_replay_verdict(run: RunData) -> tuple[bool, str | None]:

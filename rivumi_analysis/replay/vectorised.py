@@ -58,14 +58,14 @@ import pyarrow.compute as pc
 
 from ..read.decode import _without_lone_surrogates
 from ..read.snapshot import RunData
-from .proof import replay_accepts_fast
+from .proof import clean_replay_accepts, replay_accepts_fast
 from .reducer import (
     REPEAT_TRIP,
     Limits,
     charge_waits_default,
     infer_generation,
 )
-from .runner import MAX_EVENTS, replay_verdict
+from .runner import replay_verdict
 
 __all__ = ["STATE_COLUMNS", "NotVectorizable", "fallback_reasons", "vector_states"]
 
@@ -610,29 +610,6 @@ def _prev_latest(t_us: Sequence[int | None], lo: int, hi: int,
     return out
 
 
-def _columns_proof(run: RunData, tab: Any) -> bool:
-    """:func:`~rivumi_analysis.replay.proof.replay_accepts_fast` for a run on the columnar fast
-    path, from its rows (``envelope_ok`` is checked by the caller).
-
-    The fast path proves every line accepted with no warning, newline-terminated, with no
-    ``\\u0000`` and no surrogate escape; what is left is the event count and the long lines.
-    """
-    data = run.events_bytes
-    if run.events_status != "ok" or data is None or run.kind == "external":
-        return False
-    if tab.num_rows > MAX_EVENTS:
-        return False
-    lengths = tab["byte_length"].to_pylist()
-    if max(lengths, default=0) <= 800:
-        return True
-    for lo, n in zip(tab["byte_offset"].to_pylist(), lengths, strict=True):
-        if n > 800:
-            hi = lo + n
-            if n > 4000 or data.count(b"{", lo, hi) + data.count(b"[", lo, hi) > 400:
-                return False
-    return True
-
-
 _BY_TYPE = ("model.requested", "model.completed", "role_lane.completed", "tool.started",
             "tool.completed", "approval.requested", "verification.started",
             "verification.completed", "verification.reused", "run.completed", "run.failed",
@@ -822,8 +799,9 @@ def _per_run(runs: Sequence[RunData], starts: list[int], ev: _Flat, gen_idx: lis
         tab = columns.get(k)
         if tab is None:
             accepted.append(_fork_accepted(run, k in envelope_ok))
-        else:  # the same proof from the columns, else the exact verdict
-            accepted.append((k in envelope_ok and _columns_proof(run, tab)) or replay_verdict(
+        else:  # a clean log: the same proof over its columns, else the exact verdict
+            longest = pc.max(tab.column("byte_length")).as_py() or 0  # (no second split)
+            accepted.append(clean_replay_accepts(run.fast, longest) or replay_verdict(
                 run.events_bytes, run.events_status, run.run_dir)[0])
         lim = Limits.from_request(run.request)
         max_steps.append(lim.max_steps if lim else None)

@@ -12,7 +12,6 @@ import functools
 import hashlib
 import itertools
 import json
-import operator
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
@@ -271,41 +270,25 @@ Wants = tuple[frozenset[str], tuple[str, ...]]
 
 def is_clean(run: RunData) -> bool:
     """Whether ``run`` is a clean log handed over as columns: ``fast`` is the
-    ``cleanlog.CleanLog`` of a log the clean-log proof accepted (the store's chunk), or the
-    ``columnar.Decoded`` of one whose batch checks passed (:func:`checked_views`), so the
-    exact reading would give one warning-free event per line, in the same order, with the
-    same ``data`` (every value re-encodes to the line's exact bytes)."""
-    return isinstance(run.fast, _clean_types())
-
-
-@functools.cache
-def _clean_types() -> tuple[type, ...]:
-    """The two hand-overs :func:`is_clean` accepts (imported once, not per call: it is asked
-    of every run by every derived table)."""
-    from ..read.cleanlog import CleanLog
-    from ..read.columnar import Decoded
-
-    return (Decoded, CleanLog)
-
-
-_EVENT_TYPE = operator.attrgetter("event_type")
+    ``cleanlog.CleanLog`` of a log the clean-log test accepted, so the exact reading would
+    give one warning-free event per line, in the same order, with the same ``data`` (every
+    value re-encodes to the line's exact bytes)."""
+    return run.fast is not None
 
 
 def wanted_lines(fast: Any, wants: Wants) -> list[int]:
-    """The 0-based lines of a clean log's events (``fast``: its ``columnar.Decoded``, or a
-    ``cleanlog.CleanLog`` with its ``event_types``) whose type ``wants`` names or prefixes, in
-    log order: a column builder walks only these (C-level passes, no Python step per event).
+    """The 0-based lines of a clean log's events (``fast``: its ``cleanlog.CleanLog``) whose
+    type ``wants`` names or prefixes, in log order: a column builder walks only these
+    (C-level passes, no Python step per event).
 
-    >>> from rivumi_analysis.read.columnar import decode
+    >>> from rivumi_analysis.read.cleanlog import clean_log
     >>> line = (b'{"created_at":"2026-08-20T21:02:47Z","data":{},"event_id":"e",'
     ...         b'"event_type":"%s","run_id":"r","sequence":0,"task_id":"t"}\\n')
-    >>> log = decode(b"".join(line % t for t in (b"tool.x", b"model.requested", b"run.created")))
+    >>> log = clean_log(b"".join(line % t for t in (b"tool.x", b"model.requested", b"run.created")))
     >>> wanted_lines(log, (frozenset({"model.requested"}), ("tool.",)))
     [0, 1]
     """
-    types = getattr(fast, "event_types", None)
-    if types is None:
-        types = list(map(_EVENT_TYPE, fast.envelopes))
+    types = fast.event_types
     keep = _wanted_types(wants, frozenset(types))
     return list(itertools.compress(range(len(types)), map(keep.__contains__, types)))
 
@@ -345,9 +328,8 @@ def load_columnar(source: Source | None, *, strict: bool, max_depth: int,
     """The loader flow of a table derived from some event types, on the columnar engine.
 
     Runs are read for columns (``read_run(columnar=True)``), in worker processes for a large
-    fleet. A log on the columnar fast path whose batch checks pass (:func:`checked_views`) is
-    built by the table's column builder, any other log is read exactly and built by its row
-    builder (:func:`derived_parts`). The workers hand back plain rows; the parent builds and
+    fleet. A clean log (:func:`checked_views`) is built by the table's column builder, any
+    other log is read exactly and built by its row builder (:func:`derived_parts`). The workers hand back plain rows; the parent builds and
     validates the frame. Loaded runs (a fleet) take :func:`load` and the row builder.
     """
     if is_loaded(source):
@@ -412,23 +394,12 @@ def _parts_chunk(locations: list[Any], *, builders: Builders,
 
 def checked_views(runs: list[RunData], clean: Callable[[RunData], bool] = is_clean,
                   ) -> list[RunData]:
-    """``runs`` (read for columns) as the column builders take them: a run on the columnar
-    fast path keeps its ``columnar.Decoded`` when its batch checks pass
-    (:func:`rivumi_analysis.read.columnar.columns`: timestamps, line lengths, nesting) and
-    ``clean`` accepts it; any other run is its complete snapshot
-    (:func:`rivumi_analysis.read.snapshot.exact_run`)."""
-    from ..read.columnar import columns
+    """``runs`` (read for columns) as the column builders take them: a clean log keeps its
+    ``cleanlog.CleanLog`` when ``clean`` accepts the run; any other run read clean is its
+    complete snapshot (:func:`rivumi_analysis.read.snapshot.exact_run`)."""
     from ..read.snapshot import exact_run
 
-    fast = [k for k, r in enumerate(runs) if r.fast is not None]
-    if not fast:
-        return runs
-    _table, ok = columns([runs[k].fast for k in fast])
-    out = list(runs)
-    for k, good in zip(fast, ok, strict=True):
-        if not (good and clean(runs[k])):
-            out[k] = exact_run(runs[k])
-    return out
+    return [r if r.fast is None or clean(r) else exact_run(r) for r in runs]
 
 
 def derived_parts(runs: Iterable[RunData], builders: Builders) -> Parts:

@@ -9,7 +9,6 @@ equals its loader's (``states_df``, ``drift_df``, ``forks_df`` with ``engine="re
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import polars as pl
@@ -19,7 +18,7 @@ from .drift import chunk_rows, drift_manifest, drift_of_rows
 from .forks import forks_of_states
 from .states import _validate, replay_chunk
 
-__all__ = ["REPLAY_TABLES", "decoded_view", "replay_chunk_tables", "replay_tables"]
+__all__ = ["REPLAY_TABLES", "replay_chunk_tables", "replay_tables"]
 
 REPLAY_TABLES = ("states", "drift", "forks")
 
@@ -39,9 +38,8 @@ def replay_tables(runs: Sequence[RunData], *, charge_approval_waits: bool | None
         tables: which of :data:`REPLAY_TABLES` to build.
         validate: validate each table with its pandera model (as the loaders do).
         events: optionally, the ``events_df`` rows of ``runs`` when their logs were read
-            clean (``read_run(clean=True)``, ``fast`` passed as the clean log's
-            ``columnar.Decoded``, as the store's chunk does): the engine takes those runs'
-            columns from it instead of deriving them again (same tables).
+            clean (``read_run(clean=True)``, as the store's chunk does): the engine takes
+            those runs' columns from it instead of deriving them again (same tables).
 
     Returns:
         Table name -> polars DataFrame, for each name in ``tables``.
@@ -72,19 +70,9 @@ def replay_tables(runs: Sequence[RunData], *, charge_approval_waits: bool | None
     return {t: out[t] for t in tables}
 
 
-def decoded_view(run: RunData) -> RunData:
-    """``run`` as the columnar table builders take it (``fast``: the ``columnar.Decoded`` of
-    a ``cleanlog.CleanLog``)."""
-    from ..read.cleanlog import CleanLog
-
-    if not isinstance(run.fast, CleanLog):
-        return run
-    return dataclasses.replace(run, fast=run.fast.decoded)
-
-
 def replay_chunk_tables(runs: Sequence[RunData], *,
                         events: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """The store's chunk builder of ``states``, ``drift`` and ``forks`` (registry): runs read
     once for every table (``store.build.read_for_tables``), the clean runs' columns taken
     from the chunk's ``events`` frame (not derived again)."""
-    return replay_tables([decoded_view(r) for r in runs], events=events)
+    return replay_tables(runs, events=events)

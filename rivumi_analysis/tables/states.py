@@ -213,7 +213,7 @@ def _states_begun(native: list[RunData], charge_approval_waits: bool | None, eng
         return lambda: frame
     from ..replay.vectorised import finish_columnar, prepare_columnar
 
-    native, rows = _with_columns(native)
+    rows = _with_columns(native)
     events, per_run, reasons = prepare_columnar(native, charge_approval_waits, rows)
     future = pool.submit(finish_columnar, events, per_run, reasons)
     return lambda: _with_fallbacks(future.result()[0], reasons, native,
@@ -288,33 +288,26 @@ def _rows_from_events(runs: list[RunData], events: Any) -> dict[int, Any]:
     return rows
 
 
-def _with_columns(runs: list[RunData], events: Any = None,
-                  ) -> tuple[list[RunData], dict[int, Any]]:
-    """Runs read for columns: the columnar rows of those on the fast path (one batch of
-    :func:`rivumi_analysis.read.columnar.columns`), and every other run as its complete
-    snapshot (:func:`rivumi_analysis.read.snapshot.exact_run`).
+def _with_columns(runs: list[RunData], events: Any = None) -> dict[int, Any]:
+    """The engine's columns of the runs read clean (``fast`` set), by index in ``runs``: one
+    batch of :func:`rivumi_analysis.read.columnar.columns` (the engine reduces every other
+    run from its ``events``).
 
-    ``events``: the ``events_df`` rows of runs whose logs were read clean
-    (``read_run(clean=True)``, ``fast`` the clean log's ``columnar.Decoded``): their columns
-    are taken from it instead of being derived again."""
-    given = _rows_from_events(runs, events) if events is not None else {}
-    fast = [k for k, r in enumerate(runs) if r.fast is not None and k not in given]
+    ``events``: the ``events_df`` rows of runs whose logs were read clean: their columns are
+    taken from it instead of being derived again."""
+    rows = _rows_from_events(runs, events) if events is not None else {}
+    fast = [k for k, r in enumerate(runs) if r.fast is not None and k not in rows]
     if not fast:
-        return runs, given
+        return rows
     from ..read.columnar import columns
 
-    table, ok = columns([runs[k].fast for k in fast])
-    out = list(runs)
-    rows: dict[int, Any] = dict(given)
+    table = columns([runs[k].fast for k in fast])
     start = 0
-    for k, good in zip(fast, ok, strict=True):
-        if good:
-            size = len(runs[k].fast)
-            rows[k] = table.slice(start, size)
-            start += size
-        else:  # a batch check failed: the exact per-line reading
-            out[k] = exact_run(runs[k])
-    return out, rows
+    for k in fast:
+        size = len(runs[k].fast)
+        rows[k] = table.slice(start, size)
+        start += size
+    return rows
 
 
 STATES_POOL_MIN_RUNS = 256
@@ -382,7 +375,7 @@ def _prepare_chunk(locations: list[Any], charge_approval_waits: bool | None) -> 
         runs = list(_read(locations))
         quarantined = [run for run in runs if run.quarantined]
         native = [run for run in runs if run.kind != "external"]
-        native, rows = _with_columns(native)
+        rows = _with_columns(native)
         events, per_run, reasons = prepare_columnar(native, charge_approval_waits, rows)
         others = {k: _lean(exact_run(native[k])) for k in reasons}
         return events, per_run, reasons, others, quarantined
@@ -436,7 +429,7 @@ def _states_of(native: list[RunData], charge_approval_waits: bool | None,
                              for r in native), validate=False)
     from ..replay.vectorised import vector_states
 
-    native, rows = _with_columns(native)
+    rows = _with_columns(native)
     df, fallbacks = vector_states(native, charge_approval_waits=charge_approval_waits,
                                   columns=rows)
     return _with_fallbacks(df, fallbacks, native, charge_approval_waits, engine)
@@ -532,7 +525,7 @@ def replay_chunk(native: list[RunData], *, charge_approval_waits: bool | None = 
     """
     from ..replay.vectorised import prepare_with_facts
 
-    native, rows = _with_columns(native, events)
+    rows = _with_columns(native, events)
     events, per_run, reasons, facts = prepare_with_facts(native, charge_approval_waits, rows)
     manifests = [manifest_of(r) for r in native] if manifest_of else None
     return _replay_finish((events, per_run, reasons, facts, native), manifests,
@@ -549,7 +542,7 @@ def _prepare_replay_chunk(locations: list[Any], charge_approval_waits: bool | No
         runs = list(_read(locations))
         quarantined = [run for run in runs if run.quarantined]
         native = [run for run in runs if run.kind != "external"]
-        native, rows = _with_columns(native)
+        rows = _with_columns(native)
         events, per_run, reasons, facts = prepare_with_facts(native, charge_approval_waits,
                                                              rows)
         others = {k: _lean(exact_run(native[k])) for k in reasons}
