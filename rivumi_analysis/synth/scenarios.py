@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
 
+from rivumi_analysis.synth.truth import TRUTH_FILE, RunTruth, TruthLog, write_truth
 from rivumi_analysis.synth.writer import (
     TOOL_EFFECTS,
     Faults,
@@ -67,11 +68,14 @@ class Driver:
         hook: cut-point callback passed to every writer (crash harness).
         fsync: durable writes.
         manifest_every: corpus fast mode (manifest saved every k emits).
+        truth: record what is written into this :class:`~rivumi_analysis.synth.truth.TruthLog`
+            (subagent runs too); ``parent``: the parent run's truth (subagents).
     """
 
     def __init__(self, out_root: str, script: Mapping[str, Any], *, hook: Hook | None = None,
                  fsync: bool = False, manifest_every: int = 1,
-                 artifact_rel: str | None = None) -> None:
+                 artifact_rel: str | None = None, truth: TruthLog | None = None,
+                 parent: RunTruth | None = None) -> None:
         self.out_root = out_root
         self.artifact_rel = artifact_rel
         self.script = script
@@ -90,6 +94,13 @@ class Driver:
         self.w: RunWriter | None = None
         self.pending_calls: dict[str, dict[str, Any]] = {}
         self.stopped = False
+        self.truth_log = truth
+        self.truth = truth.add(
+            self.run_dir, run_id=os.path.basename(self.run_dir),
+            kind="subagent" if parent is not None else "native",
+            parent=parent.run if parent is not None else None, scenario=script.get("name"),
+            seed=script.get("seed"), profile=script.get("profile", "current")
+        ) if truth is not None else None
 
     def _writer(self) -> RunWriter:
         return RunWriter(self.run_dir, profile=self.script.get("profile", "current"),
@@ -97,7 +108,7 @@ class Driver:
                          faults=self.faults, manifest_every=self.manifest_every,
                          artifact_root=self.script.get(
                              "artifact_root", "/home/dev/.local/state/looplane/runs"),
-                         artifact_rel=self.artifact_rel)
+                         artifact_rel=self.artifact_rel, truth=self.truth)
 
     def run(self) -> str:
         """Execute every op; returns the run directory."""
@@ -115,7 +126,18 @@ class Driver:
                     break
                 self.stopped = False
                 i = nxt[0]
+        self.done()
         return self.run_dir
+
+    def done(self) -> None:
+        """After the last op: drop the files the script says a published copy lacks
+        (``drop_files``), then note in the truth which run files are left."""
+        for name in self.script.get("drop_files", ()):
+            path = os.path.join(self.run_dir, name)
+            if os.path.isfile(path):
+                os.unlink(path)
+        if self.truth is not None:
+            self.truth.look_at_files(self.run_dir)
 
     def apply(self, op: Mapping[str, Any]) -> None:
         """Execute one op."""
@@ -124,7 +146,16 @@ class Driver:
         pins = args.pop("pins", None)
         if pins and self.w is not None:
             self.w.pins.events.extend((p[0], p[1]) for p in pins)
-        getattr(self, f"op_{name}")(pins=pins, **args)
+        try:
+            getattr(self, f"op_{name}")(pins=pins, **args)
+        except ScriptStop:
+            if self.truth is not None:
+                if self.w is not None and self.w._fast_buf:
+                    # fast mode keeps lines in memory until a manifest save: the truth
+                    # counted lines a dead process never wrote (scripts flush first)
+                    raise RuntimeError("a simulated death with unflushed event lines") from None
+                self.truth.die()
+            raise
 
     # ----------------------------------------------------------------- ops
     def op_create(self, *, pins: Any, request: Mapping[str, Any], run_id: str, provider: str,
@@ -378,6 +409,8 @@ class Driver:
         w.emit("role_lane.completed", {"cost": cost_out(cost), "model": model,
                                        "preview": preview, "provider": provider,
                                        "role": "reviewer", "usage": usage_out(full)})
+        if w.truth is not None:
+            w.truth.mark_logged()
 
     def op_event(self, *, pins: Any, event_type: str, data: Mapping[str, Any]) -> None:
         assert self.w is not None
@@ -428,7 +461,8 @@ class Driver:
                 "ids": self.ids, "fsync": self.fsync, "hook": self.hook, "faults": self.faults,
                 "manifest_every": self.manifest_every, "artifact_rel": self.artifact_rel,
                 "artifact_root": self.script.get("artifact_root",
-                                                 "/home/dev/.local/state/looplane/runs")}
+                                                 "/home/dev/.local/state/looplane/runs"),
+                "truth": self.truth}
 
     def op_subagents(self, *, pins: Any, tool_call_id: str, children: list[dict[str, Any]],
                      content: str = "") -> None:
@@ -463,7 +497,8 @@ class Driver:
                 parent_rel = self.artifact_rel or os.path.basename(self.run_dir)
                 sub = Driver(sub_root, child["script"], hook=None, fsync=self.fsync,
                              manifest_every=self.manifest_every,
-                             artifact_rel=f"{parent_rel}/subagents/{child['agent_id']}")
+                             artifact_rel=f"{parent_rel}/subagents/{child['agent_id']}",
+                             truth=self.truth_log, parent=self.truth)
                 # Children share the parent's virtual time line (they run inside the call).
                 sub.clock = self.clock
                 sub.run()
@@ -492,24 +527,45 @@ def _policy_reason(effect: str, decision: str | None) -> str:
 
 
 def run_script(script: Mapping[str, Any], out_root: str, *, hook: Hook | None = None,
-               fsync: bool = False, manifest_every: int = 1) -> str:
-    """Write the run a script describes into ``out_root``; returns its run directory."""
+               fsync: bool = False, manifest_every: int = 1,
+               truth: TruthLog | None = None) -> str:
+    """Write the run a script describes into ``out_root``; returns its run directory.
+
+    ``truth``: record what was written there (every run the script writes: a fork's source,
+    subagents)."""
     kind = script.get("kind", "native")
     if kind == "external":
-        return write_external_run(os.path.join(out_root, script["run_id"]), **script["external"])
+        ext = script["external"]
+        rd = write_external_run(os.path.join(out_root, script["run_id"]), **ext)
+        if truth is not None:
+            t = truth.add(rd, run_id=script["run_id"], kind="external",
+                          scenario=script.get("name"), seed=script.get("seed"))
+            t.lines = len(ext["events"])
+            t.provider = ext["backend"]
+            t.outcome_override = (ext["status"], ext["terminal_reason"])
+            t.look_at_files(rd)
+        return rd
     if kind == "fork":
-        src = run_script(script["source"], out_root, hook=None, fsync=fsync)
+        src = run_script(script["source"], out_root, hook=None, fsync=fsync, truth=truth)
         seed = int(script.get("seed", 0))
         clock = VirtualClock(parse_ts(script["clock"]["start"]), seed=seed)
-        return write_fork_run(src, out_root, sequence=script["sequence"], clock=clock,
-                              ids=Ids(seed + 7919))
-    drv = Driver(out_root, script, hook=hook, fsync=fsync, manifest_every=manifest_every)
+        rd = write_fork_run(src, out_root, sequence=script["sequence"], clock=clock,
+                            ids=Ids(seed + 7919))
+        if truth is not None:
+            t = truth.add(rd, run_id=os.path.basename(rd), kind="fork",
+                          scenario=script.get("name"), seed=script.get("seed"))
+            t.lines, t.outcome_override = 1, ("fork", None)
+            t.look_at_files(rd)
+        return rd
+    drv = Driver(out_root, script, hook=hook, fsync=fsync, manifest_every=manifest_every,
+                 truth=truth)
     try:
         return drv.run()
     except _Cancelled as exc:
         assert drv.w is not None
         drv.w.finish(status="cancelled", terminal_reason=str(exc), changed_files=[])
         drv.w.close()
+        drv.done()
         return drv.run_dir
 
 
@@ -1405,9 +1461,10 @@ def generate_sample_runs(out: str) -> list[dict[str, Any]]:
                     os.unlink(p)
     os.makedirs(out, exist_ok=True)
     rows: list[dict[str, Any]] = []
+    truth = TruthLog(out)
     ex = os.path.join(out, "example")
     os.makedirs(ex)
-    rd = run_script(example_script(), ex)
+    rd = run_script(example_script(), ex, truth=truth)
     rows.append({"group": "example", "run": os.path.relpath(rd, out), "scenario": "example_m4",
                  "seed": 0, "shows": "the spec's example run, re-created"})
     for group, name, seeds in SAMPLE_PLAN:
@@ -1416,21 +1473,49 @@ def generate_sample_runs(out: str) -> list[dict[str, Any]]:
         for seed in seeds:
             script = CATALOG[name](seed)
             before = set(os.listdir(gdir))
-            rd = run_script(script, gdir)
+            rd = run_script(script, gdir, truth=truth)
             doc = (CATALOG[name].__doc__ or "").strip().splitlines()[0]
             for extra in sorted(set(os.listdir(gdir)) - before - {os.path.basename(rd)}):
                 rows.append({"group": group, "run": f"{group}/{extra}", "scenario": "verified",
                              "seed": seed + 100, "shows": f"source of the fork `{rd[-37:]}`"})
             rows.append({"group": group, "run": os.path.relpath(rd, out), "scenario": name,
                          "seed": seed, "shows": doc})
+    records: list[dict[str, Any]] = []
     for group, name, seed, cut, verdict, shows in CRASH_PLAN:
         gdir = os.path.join(out, group)
         os.makedirs(gdir, exist_ok=True)
         res = cut_run(name, seed, cut, gdir, timeout=60.0)
         rows.append({"group": group, "run": os.path.relpath(res.run_dir, out), "scenario": name,
                      "seed": seed, "shows": f"killed at `{cut}`: {shows} (expected `{verdict}`)"})
+        records.extend(cut_truth(name, seed, cut, group))
+    write_truth(os.path.join(out, TRUTH_FILE), records + truth.records())
     _write_readme(out, rows)
     return rows
+
+
+def cut_truth(scenario: str, seed: int, cut: str, prefix: str = "") -> list[dict[str, Any]]:
+    """The truth records of a run killed at ``cut`` (:func:`~rivumi_analysis.synth.crash.cut_run`
+    writes it in a child process, which dies with what it knew): the same script written
+    in-process into a temporary folder, stopped at the same protocol point (the writer is
+    deterministic, so the files are the same); ``run`` paths get ``prefix``."""
+    import tempfile
+
+    from rivumi_analysis.synth.crash import CutSpec
+
+    spec = CutSpec.parse(cut)
+    script = get_script(scenario, seed)
+    if spec.point == "torn":
+        script = {**script, "faults": {**script.get("faults", {}), "torn_at": spec.sequence}}
+    at_cut = spec.matcher()
+
+    def hook(point: str, seq: int | None, event_type: str | None) -> None:
+        if at_cut(point, seq, event_type):
+            raise ScriptStop()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = TruthLog(tmp, prefix=prefix)
+        Driver(tmp, script, hook=hook, truth=log).run()
+        return log.records()
 
 
 def _write_readme(out: str, rows: list[dict[str, Any]]) -> None:
@@ -1443,6 +1528,10 @@ def _write_readme(out: str, rows: list[dict[str, Any]]) -> None:
         "regenerates into a temporary folder and compares every byte. Crash runs come from "
         "real SIGKILLs of a child writer at a named cut point; the virtual clock, temp-file "
         "names and the pid in `.writer.lock` are seeded or fixed, so they are reproducible too.",
+        "", "`truth.jsonl` (beside the groups, not a run) is what the writer recorded while "
+        "writing each run: its tool calls and approvals by occurrence, model calls and "
+        "tokens per lane, terminal events and outcome (keys: `rivumi_analysis/synth/truth.py`). "
+        "Tests check the tables against it; the loaders never read it.",
         "", "## Groups", ""]
     for g, text in GROUPS.items():
         n = sum(1 for r in rows if r["group"] == g)

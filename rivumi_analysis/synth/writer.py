@@ -27,7 +27,10 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rivumi_analysis.synth.truth import RunTruth
 
 __all__ = [
     "PROFILES",
@@ -324,14 +327,18 @@ class RunWriter:
             paths of the machine that "ran" the task); defaults to a fixed fake root.
         artifact_rel: the run's path below ``artifact_root`` (subagents:
             ``<parent>/subagents/<id>``); defaults to the directory name.
+        truth: where to record what is written (:class:`~rivumi_analysis.synth.truth.RunTruth`,
+            shared by every writer of the run: resumes and continuations too); None: nothing.
     """
 
     def __init__(self, run_dir: str | os.PathLike[str], *, profile: str = "current",
                  clock: VirtualClock, ids: Ids, fsync: bool = False, hook: Hook | None = None,
                  faults: Faults | None = None, manifest_every: int = 1,
                  artifact_root: str = "/home/dev/.local/state/looplane/runs",
-                 artifact_rel: str | None = None) -> None:
+                 artifact_rel: str | None = None, truth: RunTruth | None = None) -> None:
         self.run_dir = os.fspath(run_dir)
+        self.truth = truth
+        self._line = 0  # truth: the line number of the last event written
         self.artifact_rel = artifact_rel
         self.profile = PROFILES[profile]
         self.clock = clock
@@ -436,6 +443,8 @@ class RunWriter:
                 # Fault injection: the line lands in two writes, cut inside its JSON text.
                 cut = max(1, len(data) // 2)
                 os.write(fd, data[:cut])
+                if self.truth is not None:
+                    self.truth.torn = True
                 self.hook("torn", seq, event_type)
                 os.write(fd, data[cut:])
             else:
@@ -462,6 +471,8 @@ class RunWriter:
         self.m["updated_at"] = now
         self.m["writer_heartbeat_at"] = now
         self.atomic_write("session.json", dumps_compact(self.m), seq=seq, event_type=event_type)
+        if self.truth is not None:
+            self.truth.active_wall_time_seconds = self.m["active_wall_time_seconds"]
         if self._fast_buf and seq is None:
             self.flush_events()
 
@@ -492,6 +503,8 @@ class RunWriter:
         self.save_manifest(seq=seq, event_type=event_type)
         self.hook("manifest_saved", seq, event_type)
         self._append_line(line, seq, event_type)
+        if self.truth is not None:
+            self._line = self.truth.line(event_type, data, event["created_at"])
         self.hook("appended", seq, event_type)
         if self.faults.duplicate_at != seq:
             self.seq += 1
@@ -629,6 +642,9 @@ class RunWriter:
         """Add one call's usage to the cumulative usage and (current) to ``model_usage``."""
         full = {**zero_usage(), **usage}
         self.m["usage"] = add_usage(self.m["usage"], full)
+        if self.truth is not None:
+            self.truth.model_usage(full, lane=lane, provider=provider or self.m["provider_name"],
+                                   model=model or self.m["model_id"], logged=False)
         if self.profile.model_usage:
             self.m["model_usage"].append({
                 "cost": dict(cost) if cost is not None else None, "lane": lane,
@@ -650,6 +666,8 @@ class RunWriter:
             "content": bounded_text(content or "", 2000), "finish_reason": finish_reason,
             "step": self.m["step"], "tool_calls": [c["name"] for c in calls],
             "usage": usage_out(full)})
+        if self.truth is not None:
+            self.truth.mark_logged()
 
     @staticmethod
     def tool_call_dict(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -703,6 +721,8 @@ class RunWriter:
             # approval.reused: no policy call; pending is set directly (null for READ).
             self.m["pending_action"] = None if req["effect"] == "read" else req
             self.emit("approval.reused", self._approval_data(req, preview=False))
+            if self.truth is not None:
+                self.truth.approval_reused(req, self._line)
             return "allow_once"
         decision = decision or "allow_once"
         self._open_approval(req)
@@ -723,6 +743,8 @@ class RunWriter:
         data = self._approval_data(req, preview=False)
         data["decision"] = decision
         self.emit("approval.resolved", data)
+        if self.truth is not None:
+            self.truth.approval_closed(id(req), "resolved", decision, self._line)
         return decision
 
     def pending_action_wait(self, req: dict[str, Any]) -> None:
@@ -739,6 +761,8 @@ class RunWriter:
             self.pause_clock()
         self.save_manifest()
         self.emit("approval.requested", self._approval_data(req, preview=True))
+        if self.truth is not None:  # the occurrence is this request object (ids may repeat)
+            self.truth.approval_opened(id(req), req, self._line)
         self.hook("waiting_approval", self.seq - 1, "approval.requested")
 
     # ----------------------------------------------------------------- tools
@@ -761,11 +785,15 @@ class RunWriter:
                     "utf8_bytes": len(enc.encode())}
         self.emit("tool.requested", {"arguments": args, "effect": effect, "name": call["name"],
                                      "tool_call_id": call["tool_call_id"]})
+        if self.truth is not None:  # the occurrence is this call object (ids may repeat)
+            self.truth.call_requested(id(call), call, effect, self._line)
 
     def tool_started(self, call: Mapping[str, Any], effect: str) -> None:
         """Emit ``tool.started``; ``pending_action`` is cleared only once it is durable."""
         self.emit("tool.started", {"effect": effect, "name": call["name"],
                                    "tool_call_id": call["tool_call_id"]})
+        if self.truth is not None:
+            self.truth.call_started(id(call), self._line)
         self.m["pending_action"] = None
 
     def tool_completed(self, call: Mapping[str, Any], *, ok: bool, content: str,
@@ -781,6 +809,9 @@ class RunWriter:
             data["verification"] = {**verification,
                                     "output": bounded_text(verification["output"], 2000)}
         self.emit("tool.completed", data)
+        if self.truth is not None:
+            self.truth.call_completed(id(call), call, self._line, ok=ok, executed=executed,
+                                      error=obs["error"])
 
     # ----------------------------------------------------------------- verification
     def verification_started(self, check: Mapping[str, Any]) -> None:
@@ -920,6 +951,8 @@ class RunWriter:
         self.emit("approval.abandoned", {"action_id": req["action_id"], "effect": req["effect"],
                                          "reason": "process_interrupted_before_decision",
                                          "request_id": req["request_id"]})
+        if self.truth is not None:
+            self.truth.approval_abandoned(req, self._line)
 
     def continue_turn(self, instruction: str, *, writer_token: str | None = None) -> None:
         """Conversation continuation: reopen a terminal session for a new user turn."""
