@@ -74,8 +74,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         "backreferences work, row by row)")
     q.add_argument("paths", nargs="*", metavar="PATH",
                    help="run directories or folders of runs (default: the run root)")
-    q.add_argument("--tables", default="events,tool_calls,messages", metavar="T,...",
-                   help="which of events, tool_calls, messages to search (default: all)")
+    q.add_argument("--tables", default="events,tool_calls,messages,runs", metavar="T,...",
+                   help="which of events, tool_calls, messages, runs to search (default: all)")
     q.add_argument("-i", "--ignore-case", action="store_true", help="case-insensitive")
     q.add_argument("--format", choices=("table", "json", "jsonl"), default=None,
                    help="table when stdout is a terminal, else jsonl")
