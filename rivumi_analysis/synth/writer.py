@@ -338,7 +338,6 @@ class RunWriter:
                  artifact_rel: str | None = None, truth: RunTruth | None = None) -> None:
         self.run_dir = os.fspath(run_dir)
         self.truth = truth
-        self._line = 0  # truth: the line number of the last event written
         self.artifact_rel = artifact_rel
         self.profile = PROFILES[profile]
         self.clock = clock
@@ -478,8 +477,11 @@ class RunWriter:
 
     # ----------------------------------------------------------------- emit protocol (§3.4)
     def emit(self, event_type: str, data: Mapping[str, Any], *, event_id: str | None = None,
-             at: str | None = None) -> int:
-        """``RunPersistence.emit``: build the event, save the manifest, append, count."""
+             at: str | None = None, truth: Callable[[int], None] | None = None) -> int:
+        """``RunPersistence.emit``: build the event, save the manifest, append, count.
+
+        ``truth(line_no)``: what the line means for the run's truth (which call or approval
+        it opens or closes), recorded as soon as the line is written, before any hook."""
         if self.pins.events:
             pin_at, pin_id = self.pins.events.pop(0)
             at = at or pin_at
@@ -504,7 +506,9 @@ class RunWriter:
         self.hook("manifest_saved", seq, event_type)
         self._append_line(line, seq, event_type)
         if self.truth is not None:
-            self._line = self.truth.line(event_type, data, event["created_at"])
+            line_no = self.truth.line(event_type, data, event["created_at"])
+            if truth is not None:
+                truth(line_no)
         self.hook("appended", seq, event_type)
         if self.faults.duplicate_at != seq:
             self.seq += 1
@@ -665,9 +669,7 @@ class RunWriter:
         self.emit("model.completed", {
             "content": bounded_text(content or "", 2000), "finish_reason": finish_reason,
             "step": self.m["step"], "tool_calls": [c["name"] for c in calls],
-            "usage": usage_out(full)})
-        if self.truth is not None:
-            self.truth.mark_logged()
+            "usage": usage_out(full)}, truth=lambda _ln: self.truth.mark_logged())
 
     @staticmethod
     def tool_call_dict(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -720,9 +722,8 @@ class RunWriter:
         if decision is None and req["effect"] in self.m["granted_effects"]:
             # approval.reused: no policy call; pending is set directly (null for READ).
             self.m["pending_action"] = None if req["effect"] == "read" else req
-            self.emit("approval.reused", self._approval_data(req, preview=False))
-            if self.truth is not None:
-                self.truth.approval_reused(req, self._line)
+            self.emit("approval.reused", self._approval_data(req, preview=False),
+                      truth=lambda ln: self.truth.approval_reused(req, ln))
             return "allow_once"
         decision = decision or "allow_once"
         self._open_approval(req)
@@ -742,9 +743,8 @@ class RunWriter:
             self.save_manifest()
         data = self._approval_data(req, preview=False)
         data["decision"] = decision
-        self.emit("approval.resolved", data)
-        if self.truth is not None:
-            self.truth.approval_closed(id(req), "resolved", decision, self._line)
+        self.emit("approval.resolved", data,
+                  truth=lambda ln: self.truth.approval_closed(id(req), "resolved", decision, ln))
         return decision
 
     def pending_action_wait(self, req: dict[str, Any]) -> None:
@@ -760,9 +760,9 @@ class RunWriter:
         if self.profile.pause_on_approval:
             self.pause_clock()
         self.save_manifest()
-        self.emit("approval.requested", self._approval_data(req, preview=True))
-        if self.truth is not None:  # the occurrence is this request object (ids may repeat)
-            self.truth.approval_opened(id(req), req, self._line)
+        # the truth's occurrence is this request object (ids may repeat)
+        self.emit("approval.requested", self._approval_data(req, preview=True),
+                  truth=lambda ln: self.truth.approval_opened(id(req), req, ln))
         self.hook("waiting_approval", self.seq - 1, "approval.requested")
 
     # ----------------------------------------------------------------- tools
@@ -783,17 +783,16 @@ class RunWriter:
         if len(enc.encode()) > limit:
             args = {"omitted": True, "sha256": hashlib.sha256(enc.encode()).hexdigest(),
                     "utf8_bytes": len(enc.encode())}
+        # the truth's occurrence is this call object (ids may repeat)
         self.emit("tool.requested", {"arguments": args, "effect": effect, "name": call["name"],
-                                     "tool_call_id": call["tool_call_id"]})
-        if self.truth is not None:  # the occurrence is this call object (ids may repeat)
-            self.truth.call_requested(id(call), call, effect, self._line)
+                                     "tool_call_id": call["tool_call_id"]},
+                  truth=lambda ln: self.truth.call_requested(id(call), call, effect, ln))
 
     def tool_started(self, call: Mapping[str, Any], effect: str) -> None:
         """Emit ``tool.started``; ``pending_action`` is cleared only once it is durable."""
         self.emit("tool.started", {"effect": effect, "name": call["name"],
-                                   "tool_call_id": call["tool_call_id"]})
-        if self.truth is not None:
-            self.truth.call_started(id(call), self._line)
+                                   "tool_call_id": call["tool_call_id"]},
+                  truth=lambda ln: self.truth.call_started(id(call), ln))
         self.m["pending_action"] = None
 
     def tool_completed(self, call: Mapping[str, Any], *, ok: bool, content: str,
@@ -808,10 +807,8 @@ class RunWriter:
         if verification is not None:
             data["verification"] = {**verification,
                                     "output": bounded_text(verification["output"], 2000)}
-        self.emit("tool.completed", data)
-        if self.truth is not None:
-            self.truth.call_completed(id(call), call, self._line, ok=ok, executed=executed,
-                                      error=obs["error"])
+        self.emit("tool.completed", data, truth=lambda ln: self.truth.call_completed(
+            id(call), call, ln, ok=ok, executed=executed, error=obs["error"]))
 
     # ----------------------------------------------------------------- verification
     def verification_started(self, check: Mapping[str, Any]) -> None:
@@ -950,9 +947,8 @@ class RunWriter:
         self.m["pending_action"] = None
         self.emit("approval.abandoned", {"action_id": req["action_id"], "effect": req["effect"],
                                          "reason": "process_interrupted_before_decision",
-                                         "request_id": req["request_id"]})
-        if self.truth is not None:
-            self.truth.approval_abandoned(req, self._line)
+                                         "request_id": req["request_id"]},
+                  truth=lambda ln: self.truth.approval_abandoned(req, ln))
 
     def continue_turn(self, instruction: str, *, writer_token: str | None = None) -> None:
         """Conversation continuation: reopen a terminal session for a new user turn."""
