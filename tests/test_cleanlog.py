@@ -127,6 +127,11 @@ VERDICT_MUTATIONS = {
                                        ln, count=1),
     "sequence_7": lambda ln: re.sub(rb'"sequence":\d+', b'"sequence":7', ln, count=1),
     "brackets_in_run_id": lambda ln: ln.replace(b'"run_id":"', b'"run_id":"' + b"[" * 250, 1),
+    # ids a provider numbers per reply: duplicate_tool_call_id / duplicate_request_id
+    "tool_call_id_reused": lambda ln: re.sub(rb'"tool_call_id":"[^"]*"', b'"tool_call_id":"call_0"',
+                                             ln, count=1),
+    "request_id_reused": lambda ln: re.sub(rb'"request_id":"[^"]*"', b'"request_id":"r0"', ln,
+                                           count=1),
 }
 _ALL = {**MUTATIONS, **VERDICT_MUTATIONS}
 

@@ -32,7 +32,7 @@ from ..tables.registry import build_order, names
 TABLES: tuple[str, ...] = names(stored=True)
 """Every table the store materialises, in a stable order (the registry's)."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the dataset layout and columns (in each file's metadata)."""
 
 _KEY_RE = re.compile(r"[A-Za-z0-9_.-]+\Z")
