@@ -1,14 +1,14 @@
 """Pairing by occurrence: the events of one tool call or approval, when ids repeat.
 
-A ``tool_call_id`` is the provider's id or a uuid hex (spec §4.2), and providers reuse ids
-across the turns of a continued session (some number them per reply); a ``request_id`` is a
-uuid hex the runner draws, but copies of logs repeat them too. An id is therefore a join
-hint, not a key: the key of a call is the line that opened it. The runner's event order
-(spec §3.1) says which open occurrence a later event belongs to: the most recent one with
-its id (one reply never names an id twice; a read-only batch prepares distinct calls before
-running them), and a tool call never outlives its model step. ``tool_calls_df``,
-``approvals_df`` and the auditor's ``duplicate_tool_call_id`` / ``duplicate_request_id``
-warnings all pair with this one class.
+A ``tool_call_id`` is the provider's id or a uuid hex (docs/run-format.md §6.2), and providers
+reuse ids across the turns of a continued session (some number them per reply); a
+``request_id`` is a uuid hex the runner draws, but copies of logs repeat them too. An id is
+therefore a join hint, not a key: the key of a call is the line that opened it. The runner's
+event order (docs/run-format.md §5.10) says which open occurrence a later event belongs to: the
+most recent one with its id (one reply never names an id twice; a read-only batch prepares
+distinct calls before running them), and a tool call never outlives its model step.
+``tool_calls_df``, ``approvals_df`` and the auditor's ``duplicate_tool_call_id`` /
+``duplicate_request_id`` warnings all pair with this one class.
 
 >>> occ = Occurrences()
 >>> occ.open("fc_1", "first")

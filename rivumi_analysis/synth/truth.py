@@ -35,7 +35,7 @@ Record keys (every record has all of them):
   event carries the call's usage (``model.completed``, ``role_lane.completed``); the wind-down
   call and the primary call that crossed the token budget are not logged.
 * ``tokens``: per lane (``primary``, ``wind_down``, ``reviewer``) the sums of ``usage`` and
-  ``calls``; ``total_tokens``: the sum over every lane (spec §9.1).
+  ``calls``; ``total_tokens``: the sum over every lane (docs/run-format.md §11.1).
 * ``tool_calls``: one record per call the log holds, in order of its first line:
   ``{line_no, requested_line_no, started_line_no, completed_line_no, tool_call_id, name,
   effect, step, outcome}`` (outcome as ``tool_calls_df.outcome``).
