@@ -223,6 +223,7 @@ PLANS = {
             'line_no': pl.Int64,
             'request_id': pl.String,
             'action_id': pl.String,
+            'tool_call_line_no': pl.Int64,
             'effect': pl.String,
             'reason': pl.String,
             'policy_reason': pl.String,
@@ -240,6 +241,7 @@ PLANS = {
         'unique': (),
         "checks": (
             ('line_no', 'greater_than_or_equal_to', (('min_value', 1),), True),
+            ('tool_call_line_no', 'greater_than_or_equal_to', (('min_value', 1),), True),
             ('outcome', 'isin', (('allowed_values', ['resolved', 'reused', 'abandoned', 'open']),), True),
             ('requested_line_no', 'greater_than_or_equal_to', (('min_value', 1),), True),
             ('closed_line_no', 'greater_than_or_equal_to', (('min_value', 1),), True),

@@ -583,9 +583,15 @@ class ApprovalsSchema(_Base):
         "Approval request id (32 hex); approval.resolved and approval.abandoned close the "
         "most recent open request of this id." + _OCCURRENCE.format(code="duplicate_request_id"),
         "events.jsonl approval.* data.request_id")
-    action_id: pl.Utf8 = _col("What is approved: a tool_call_id (join tool_calls_df) or "
-                              "verification:<name>.", "events.jsonl approval.* data.action_id",
-                              nullable=True)
+    action_id: pl.Utf8 = _col("What is approved: a tool_call_id or verification:<name>. "
+                              "Ids can repeat: join tool_calls_df on tool_call_line_no.",
+                              "events.jsonl approval.* data.action_id", nullable=True)
+    tool_call_line_no: pl.Int64 = _col(
+        "The tool call this approval is for: tool_calls_df.line_no of the latest "
+        "tool.requested of action_id before it (join on run_dir and this); null for final "
+        "verification and when the log holds no such request.",
+        "derived: events.jsonl tool.requested position", "line number (1-based)",
+        nullable=True, ge=1)
     effect: pl.Utf8 = _col("Effect being approved (read, modify, modify_execute, execute).",
                            "events.jsonl approval.* data.effect", nullable=True)
     reason: pl.Utf8 = _col("Why approval is needed: model_tool or final_verification "
@@ -1261,8 +1267,8 @@ class MessagesSchema(_Base):
     tool_calls: pl.List(pl.Utf8) = _col("Names of the tools the assistant asked for, in order.",
                                         "messages[].tool_calls[].name / model.completed "
                                         "tool_calls")
-    tool_call_ids: pl.List(pl.Utf8) = _col("Ids of those calls (join tool_calls_df; "
-                                           "session.json only).",
+    tool_call_ids: pl.List(pl.Utf8) = _col("Ids of those calls (session.json only; ids "
+                                           "can repeat across turns, see tool_calls_df).",
                                            "messages[].tool_calls[].tool_call_id")
     tool_calls_json: pl.Utf8 = _col(
         "The assistant's tool calls with their arguments, as JSON text (session.json only; "

@@ -36,7 +36,7 @@ _FINISHED = ("completed", "failed", "cancelled")
 _CALL_KEYS = ("line_no", "requested_line_no", "started_line_no", "completed_line_no",
               "tool_call_id", "name", "effect", "step", "outcome")
 _APPROVAL_KEYS = ("line_no", "requested_line_no", "closed_line_no", "request_id", "action_id",
-                  "effect", "outcome", "decision")
+                  "tool_call_line_no", "effect", "outcome", "decision")
 
 
 def _readable(rec: dict[str, Any]) -> bool:
@@ -246,6 +246,12 @@ def test_reused_ids_are_paired_within_the_step_not_merged() -> None:
         assert tc.height == len(rec["tool_calls"]) > tc["tool_call_id"].n_unique()
         both = tc.drop_nulls(["requested_line_no", "completed_line_no"])
         assert both.height and (both["requested_line_no"] < both["completed_line_no"]).all()
+        # each tool approval joins its own call by line, though every id is call_0..call_2
+        ap = ra.approvals_df(rd).filter(pl.col("tool_call_line_no").is_not_null())
+        j = ap.join(tc, left_on=["run_dir", "tool_call_line_no"], right_on=["run_dir", "line_no"])
+        assert j.height == ap.height > tc["tool_call_id"].n_unique()
+        assert (j["action_id"] == j["tool_call_id"]).all()
+        assert (j["tool_call_line_no"] < j["line_no"]).all()  # asked after its request
         runs = ra.runs_df(rd)
         assert "duplicate_tool_call_id" in runs["warnings"][0]
         assert rec["tokens"]["reviewer"]["calls"] == 1

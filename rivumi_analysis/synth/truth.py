@@ -40,7 +40,8 @@ Record keys (every record has all of them):
   ``{line_no, requested_line_no, started_line_no, completed_line_no, tool_call_id, name,
   effect, step, outcome}`` (outcome as ``tool_calls_df.outcome``).
 * ``approvals``: one record per approval occurrence: ``{line_no, requested_line_no,
-  closed_line_no, request_id, action_id, effect, outcome, decision}``.
+  closed_line_no, request_id, action_id, tool_call_line_no, effect, outcome, decision}``
+  (``tool_call_line_no``: the line of the call it approves, null for final verification).
 * ``active_wall_time_seconds``: the writer's charged wall time at its last manifest save;
   ``started_at`` / ``ended_at``: first and last event ``created_at``.
 
@@ -108,6 +109,7 @@ class RunTruth:
         self._calls: dict[Any, dict[str, Any]] = {}
         self._approvals: dict[Any, dict[str, Any]] = {}
         self._turn_start = 0  # line of the last session.resumed/continued (0: none)
+        self._last_requested: int | None = None  # line of the last tool.requested
         self.waiting_approval: Any = None
 
     # ------------------------------------------------------------------ lines
@@ -141,6 +143,7 @@ class RunTruth:
                "outcome": "not_started"}
         self.tool_calls.append(rec)
         self._calls[token] = rec
+        self._last_requested = line_no
 
     def call_started(self, token: Any, line_no: int) -> None:
         """The ``tool.started`` line of the occurrence ``token``."""
@@ -168,7 +171,8 @@ class RunTruth:
         """An ``approval.requested`` line opened an approval occurrence."""
         rec = {"line_no": line_no, "requested_line_no": line_no, "closed_line_no": None,
                "request_id": req["request_id"], "action_id": req["action_id"],
-               "effect": req["effect"], "outcome": "open", "decision": None}
+               "tool_call_line_no": self._call_of(req), "effect": req["effect"],
+               "outcome": "open", "decision": None}
         self.approvals.append(rec)
         self._approvals[token] = rec
         self.waiting_approval = token
@@ -186,7 +190,12 @@ class RunTruth:
         self.approvals.append({
             "line_no": line_no, "requested_line_no": None, "closed_line_no": line_no,
             "request_id": req["request_id"], "action_id": req["action_id"],
-            "effect": req["effect"], "outcome": "reused", "decision": "allow_once"})
+            "tool_call_line_no": self._call_of(req), "effect": req["effect"],
+            "outcome": "reused", "decision": "allow_once"})
+
+    def _call_of(self, req: Mapping[str, Any]) -> int | None:
+        # a tool's approval is asked right after the writer requested that call
+        return self._last_requested if req.get("tool_call") else None
 
     # ------------------------------------------------------------------ usage, end
     def model_usage(self, usage: Mapping[str, Any], *, lane: str, provider: str | None,
@@ -213,7 +222,8 @@ class RunTruth:
         self.approvals.append({
             "line_no": line_no, "requested_line_no": None, "closed_line_no": line_no,
             "request_id": req["request_id"], "action_id": req["action_id"],
-            "effect": req["effect"], "outcome": "abandoned", "decision": None})
+            "tool_call_line_no": None, "effect": req["effect"], "outcome": "abandoned",
+            "decision": None})
 
     def die(self) -> None:
         """The writing process died here (a crash, a kill)."""

@@ -20,7 +20,7 @@ from ._common import (
     wanted_lines,
 )
 
-WANTS = (frozenset(), ("approval.",))
+WANTS = (frozenset({"tool.requested"}), ("approval.",))
 """The event types this table reads (names, prefixes); its builders read no other."""
 
 
@@ -30,15 +30,23 @@ def approvals_frame(runs: Iterable[RunData]) -> pl.DataFrame:
 
 def approvals_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
     """The rows of ``runs`` (no polars: safe in a forked worker); events of other types than
-    :data:`WANTS` are never read. One row per approval occurrence: ``approval.requested``
+    :data:`WANTS` are never read. One row per approval occurrence; ``tool_call_line_no`` is
+    the line of the latest ``tool.requested`` of its ``action_id`` (the call it approves:
+    the grammar puts a call's approval right after its request): ``approval.requested``
     and ``approval.reused`` open one (whatever the id); ``approval.resolved`` and
     ``approval.abandoned`` close the most recent open request of their id, or open their own
     row when none is open (:class:`~rivumi_analysis.read.occurrences.Occurrences`)."""
     rows: list[dict[str, Any]] = []
     for run in runs:
         reqs = Occurrences()
+        requested: dict[str, int] = {}  # tool_call_id -> line of its latest tool.requested
         for e in run.events:
             et = e.event_type
+            if et == "tool.requested":
+                tcid = e.data.get("tool_call_id")
+                if isinstance(tcid, str):
+                    requested[tcid] = e.line_no
+                continue
             if not et.startswith("approval."):
                 continue
             d = e.data
@@ -50,9 +58,11 @@ def approvals_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
                 continue
             row = reqs.close(rid) if outcome in ("resolved", "abandoned") else None
             if row is None:
+                action = _str(d.get("action_id"))
                 row = {
                     "run_dir": run.run_dir, "run_id": run.run_id, "line_no": e.line_no,
-                    "request_id": rid, "action_id": _str(d.get("action_id")),
+                    "request_id": rid, "action_id": action,
+                    "tool_call_line_no": requested.get(action) if action is not None else None,
                     "effect": _str(d.get("effect")), "reason": _str(d.get("reason")),
                     "policy_reason": _str(d.get("policy_reason")), "outcome": "open",
                     "decision": None, "requested_sequence": None, "closed_sequence": None,
@@ -85,7 +95,8 @@ def approvals_table(runs: Sequence[RunData]) -> pl.DataFrame:
     return derived_frame(runs, BUILDERS, _model())
 
 
-_COLUMNS = ("run_dir", "run_id", "line_no", "request_id", "action_id", "effect", "reason",
+_COLUMNS = ("run_dir", "run_id", "line_no", "request_id", "action_id", "tool_call_line_no",
+            "effect", "reason",
             "policy_reason", "outcome", "decision", "requested_sequence", "closed_sequence",
             "requested_line_no", "closed_line_no", "requested_at", "closed_at", "wait_seconds")
 (_POLICY, _OUTCOME, _DECISION, _REQ_SEQ, _CLOSED_SEQ, _REQ_LINE, _CLOSED_LINE, _REQ_AT,
@@ -107,19 +118,27 @@ def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
         envelopes, objects = dec.envelopes, dec.objects
         run_dir, run_id = run.run_dir, run.run_id
         reqs = Occurrences()
+        requested: dict[str, int] = {}
         for j in wanted_lines(dec, WANTS):
             d = objects[j]
+            e = envelopes[j]
+            et = e.event_type
+            if et == "tool.requested":
+                tcid = d.get("tool_call_id")
+                if type(tcid) is str:
+                    requested[tcid] = j + 1
+                continue
             rid = d.get("request_id")
             if type(rid) is not str:
                 continue
-            e = envelopes[j]
-            et = e.event_type
             outcome = _CLOSING.get(et)
             if et != "approval.requested" and outcome is None:
                 continue
             row = reqs.close(rid) if outcome in ("resolved", "abandoned") else None
             if row is None:
-                row = [run_dir, run_id, j + 1, rid, _str(d.get("action_id")),
+                action = _str(d.get("action_id"))
+                row = [run_dir, run_id, j + 1, rid, action,
+                       requested.get(action) if action is not None else None,
                        _str(d.get("effect")), _str(d.get("reason")),
                        _str(d.get("policy_reason")), "open", None, None, None, None, None,
                        None, None, None]
