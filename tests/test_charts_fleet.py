@@ -198,7 +198,7 @@ def test_fleet_scatter_points_carry_their_wall_time_bin(tables):
         h = bins[(p["b"], p["verdict"])]
         assert h["from_s"] - 0.01 <= p["wall_s"] <= h["to_s"] + 0.01
     assert sum(r["runs"] for r in bins.values()) == tables["runs"].filter(
-        pl.col("active_wall_time_seconds").is_not_null()).height
+        pl.col("wall_time_used_seconds").is_not_null()).height
     params = {p["name"] for p in spec.get("params", [])}
     assert {"wall_bin", "verdict_pick"} <= params or "wall_bin" in str(spec)
 

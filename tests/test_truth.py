@@ -99,13 +99,25 @@ def check_against_truth(root: Path, truth: dict[str, dict[str, Any]]) -> dict[st
             assert usage_by.get(rd, {}) == want, rec["run"]
             totals["usage_checked"] += 1
         row = facts.get(rd)
-        if row is None:  # an unreadable run (issue 29 item 3 makes it a row; not this branch)
-            assert not readable or rec["lines"] == 0, rec["run"]
-            continue
-        if readable and rec["kind"] != "external":
-            last = rec["terminal_events"][-1]["terminal_reason"] if rec["terminal_events"] \
-                else None
-            assert row["terminal_reason"] == last, rec["run"]
+        assert row is not None, rec["run"]  # every run is a row, readable or not
+        if rec["kind"] == "fork":
+            assert row["outcome"] == "fork_not_run", rec["run"]
+        elif rec["kind"] == "external":
+            assert (row["outcome"], row["terminal_reason"]) == (rec["outcome"],
+                                                                rec["terminal_reason"])
+        elif readable and rec["lines"]:
+            # the run facts (issue 29 item 1) against what the writer wrote
+            if rec["outcome"] in _FINISHED:
+                assert row["outcome"] == rec["outcome"], rec["run"]
+            else:  # the writer died or stopped: no terminal event in the last turn
+                assert row["outcome"] in ("crashed", "interrupted"), (rec["run"], row["outcome"])
+            assert row["terminal_reason"] == rec["terminal_reason"], rec["run"]
+            assert row["step"] == rec["steps"], rec["run"]
+            assert (row["provider_name"], row["model_id"]) == (rec["provider"],
+                                                               rec["model"]), rec["run"]
+            if rec["outcome"] in _FINISHED:
+                assert row["total_tokens"] == rec["total_tokens"], rec["run"]
+                totals["tokens_checked"] += 1
             ids = [c["tool_call_id"] for c in rec["tool_calls"]]
             rids = [a["request_id"] for a in rec["approvals"]]
             assert ("duplicate_tool_call_id" in row["warnings"]) == (len(ids) > len(set(ids))), \
@@ -113,10 +125,6 @@ def check_against_truth(root: Path, truth: dict[str, dict[str, Any]]) -> dict[st
             assert ("duplicate_request_id" in row["warnings"]) == (len(rids) > len(set(rids))), \
                 rec["run"]
             totals["reused_ids"] += len(ids) > len(set(ids))
-            if rec["files"]["session.json"] and rec["outcome"] in _FINISHED:
-                assert row["step"] == rec["steps"], rec["run"]
-                assert (row["provider_name"], row["model_id"]) == (rec["provider"],
-                                                                   rec["model"]), rec["run"]
         totals["runs"] += 1
     # the counts downstream users show are the table's, so the truth's too
     assert tool_calls.height == totals["tool_calls"]
@@ -148,7 +156,7 @@ def test_sample_runs_tables_equal_the_writers_truth() -> None:
     truth = read_truth(SAMPLE_RUNS)
     totals = check_against_truth(SAMPLE_RUNS, truth)
     assert totals["runs"] >= 80 and totals["tool_calls"] > 200 and totals["reused_ids"] >= 1
-    assert totals["usage_checked"] >= 50
+    assert totals["usage_checked"] >= 50 and totals["tokens_checked"] >= 50
 
 
 def test_sample_runs_have_a_continued_session_with_reused_ids_and_a_run_without_manifest(
