@@ -190,7 +190,7 @@ def m_stat_floor(root: str, cache: str | None) -> dict[str, Any]:
 
 
 def m_api(root: str, cache: str | None) -> dict[str, Any]:
-    from rivumi_analysis.audit import audit
+    from rivumi_analysis.fleet_audit import audit
 
     c, t = _cpu(), time.perf_counter()
     res = audit(root, cache_dir=cache) if cache else audit(root, cache=False)
@@ -199,7 +199,7 @@ def m_api(root: str, cache: str | None) -> dict[str, Any]:
 
 
 def m_api_warm(root: str, cache: str | None) -> dict[str, Any]:
-    from rivumi_analysis.audit import audit
+    from rivumi_analysis.fleet_audit import audit
 
     audit(root, cache_dir=cache)  # fill (no-op when already filled)
     c, t = _cpu(), time.perf_counter()

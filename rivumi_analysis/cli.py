@@ -337,7 +337,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def _run_audit(paths: list[str], max_depth: int, *, cache: bool = False,
                cache_dir: str | None = None, jobs: int | None = None) -> Any:
-    from .audit import audit
+    from .fleet_audit import audit
 
     progress = None
     bar = None

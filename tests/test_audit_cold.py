@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import rivumi_analysis.read.cache as C
 import rivumi_analysis.read.snapshot as S
-from rivumi_analysis.audit import audit
+from rivumi_analysis.fleet_audit import audit
 from tests.conftest import SAMPLE_RUNS
 
 EXAMPLE = Path(__file__).parent / "fixtures" / "example" / "a66038f97f204cb3aaa96339f195c37e"

@@ -12,7 +12,7 @@ import pytest
 
 import rivumi_analysis.read.cache as C
 import rivumi_analysis.read.decode as D
-from rivumi_analysis.audit import audit
+from rivumi_analysis.fleet_audit import audit
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
