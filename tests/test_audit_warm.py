@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from rivumi_analysis.fleet_audit import audit
-from rivumi_analysis.read.incremental import fingerprint, proc_locked_keys
 from rivumi_analysis.read.discovery import discover
+from rivumi_analysis.read.incremental import fingerprint, proc_locked_keys
 from tests.conftest import SAMPLE_RUNS
 
 

@@ -230,7 +230,7 @@ def test_states_prepared_in_a_pool_equal_the_reference(
     logs[4].write_bytes(data + data.splitlines(keepends=True)[-1])
     monkeypatch.setenv(_columnar.ENGINE_ENV, engine)
     ref = states_df(str(copy), engine="reference")
-    monkeypatch.setattr(states_mod, "STATES_POOL_MIN_RUNS", 16)
+    monkeypatch.setattr("rivumi_analysis.read.executor.POOL_MIN_RUNS", 16)
     used = []
     real = states_mod._states_in_pool
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from rivumi_analysis.fleet_audit import audit as local_audit
 from rivumi_analysis.distributed import audit
 from rivumi_analysis.errors import SourceError
+from rivumi_analysis.fleet_audit import audit as local_audit
 from rivumi_analysis.read import uri as _uri
 
 ROOT = Path(__file__).resolve().parents[2]
