@@ -183,6 +183,9 @@ def light_fingerprint(run_dir: str, names: list[str] | None = None) -> bytes | N
     >>> light_fingerprint(d) == run_fingerprint(d, frozenset()).light
     True
     """
+    if "://" in run_dir:  # object storage: the whole listing (one request either way)
+        fp = _object_fingerprint(run_dir)
+        return None if fp is None else fp.light
     names = _listing(run_dir, names)
     if names is None:
         return None
@@ -218,6 +221,8 @@ def run_fingerprint(run_dir: str, held: frozenset[str],
     >>> fp is not None and fp.events_identity is not None
     True
     """
+    if "://" in run_dir:
+        return _object_fingerprint(run_dir)
     names = _listing(run_dir, names)
     if names is None:
         return None
@@ -265,6 +270,19 @@ def run_fingerprint(run_dir: str, held: frozenset[str],
                                        if isinstance(r, tuple) and isinstance(r[0], str)
                                        else r for r in rows])
     return RunFingerprint(blob, newest, events_identity, _light_blob(light, backend))
+
+
+def _object_fingerprint(run_dir: str) -> RunFingerprint | None:
+    """:func:`run_fingerprint` of a run folder on object storage (a ``pyarrow.fs`` URI): every
+    object's name, kind, size and modification time (``read.uri.object_fingerprint``); the
+    light fingerprint is the same listing."""
+    from ..read.uri import object_fingerprint
+
+    got = object_fingerprint(run_dir)
+    if got is None:
+        return None
+    blob, newest = got
+    return RunFingerprint(blob, newest, None, blob)
 
 
 # --- manifest --------------------------------------------------------------------------------
