@@ -3,7 +3,7 @@
 Every fleet-wide pass (the audit, the table loaders, the store's build and refresh, export)
 cuts its runs into chunks and calls :func:`map_chunks`, which picks where the chunks run:
 
-- in this process when the fleet is small (below :data:`POOL_MIN_RUNS` runs), when one job is
+- in this process when the fleet is small (below :func:`pool_min_runs` runs), when one job is
   asked for, or when the runs are on object storage (a ``pyarrow.fs`` filesystem registered in
   this process, ``read.uri.register_filesystem``, does not exist in a worker);
 - else in loky's reusable pool of worker processes (:func:`local_pool`). loky (the pool
@@ -29,11 +29,16 @@ from typing import Any, Protocol, TypeVar
 C = TypeVar("C")
 R = TypeVar("R")
 
-POOL_MIN_RUNS = 256
-"""From this many runs on, chunks run in worker processes (unless one job is asked for).
+POOL_MIN_RUNS = 1000
+"""From this many runs on, chunks run in worker processes (unless one job is asked for;
+``$RIVUMI_ANALYSIS_POOL_MIN_RUNS`` overrides it).
 
-Measured on this 2-core machine (``benchmarks/executor_threshold.py``): below it a pool's
-start-up and the pickling of results cost more than the second core saves."""
+Measured on this shared 2-core machine (``benchmarks/executor_threshold.py``, README there):
+up to 1,024 runs two workers never beat this process for the audit, ``events_df`` or
+``runs_df`` (a worker is a fresh interpreter importing the toolkit, ~0.2-0.4 CPU-s each,
+against ~1.5-2.5 CPU-ms per run)."""
+
+ENV_POOL_MIN_RUNS = "RIVUMI_ANALYSIS_POOL_MIN_RUNS"
 
 IDLE_SECONDS = 60
 """A worker with nothing to do for this long exits (the next call starts it again)."""
@@ -76,16 +81,30 @@ def chunked(items: Sequence[C], *, workers: int, most: int = 64, least: int = 8,
     return [list(items[i:i + size]) for i in range(0, len(items), size)]
 
 
+def pool_min_runs(environ: dict[str, str] | None = None) -> int:
+    """The threshold in force: ``$RIVUMI_ANALYSIS_POOL_MIN_RUNS`` when set to a number, else
+    :data:`POOL_MIN_RUNS`.
+
+    >>> pool_min_runs({"RIVUMI_ANALYSIS_POOL_MIN_RUNS": "64"}), pool_min_runs({}) > 0
+    (64, True)
+    """
+    env = os.environ if environ is None else environ
+    try:
+        return max(0, int(env[ENV_POOL_MIN_RUNS]))
+    except (KeyError, ValueError):
+        return POOL_MIN_RUNS
+
+
 def pool_workers(n_runs: int, jobs: int | None = None, *, runs_per_worker: int = 8) -> int:
     """How many worker processes a pass over ``n_runs`` runs uses: 1 (this process) below
-    :data:`POOL_MIN_RUNS` or when ``jobs`` is 1, else ``jobs`` (default :func:`default_jobs`)
-    but no more than one per ``runs_per_worker`` runs.
+    :func:`pool_min_runs` or when ``jobs`` is 1, else ``jobs`` (default
+    :func:`default_jobs`) but no more than one per ``runs_per_worker`` runs.
 
     >>> pool_workers(10), pool_workers(10_000, 1), pool_workers(10_000, 2)
     (1, 1, 2)
     """
     n = default_jobs() if jobs is None else max(1, jobs)
-    if n <= 1 or n_runs < POOL_MIN_RUNS:
+    if n <= 1 or n_runs < pool_min_runs():
         return 1
     return max(1, min(n, n_runs // runs_per_worker))
 

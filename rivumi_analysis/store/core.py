@@ -34,6 +34,7 @@ import dataclasses
 import errno
 import fcntl
 import hashlib
+import itertools
 import os
 import pickle
 import re
@@ -912,45 +913,68 @@ ChunkExecutor = Callable[[Sequence[ChunkTask]], Iterable[ChunkResult]]
 """Runs chunk tasks (e.g. on a cluster): one :class:`ChunkResult` per task, any order."""
 
 
-def _read_chunk(task: ChunkTask, progress: RunsDone | None = None,
-                ) -> tuple[list[Any], list[Any], set[str]]:
-    """Read the chunk's runs once; a live run's grown log from its first incomplete line.
-
-    Returns the runs (:func:`~rivumi_analysis.store.build.read_for_tables`), each run's
-    decoded ``(lines, events)`` (before the kind-dependent warnings, as ``read_run`` hands
-    them out; None for a clean log, of which no prefix is kept) and
-    the runs whose stored prefix applied; ``progress(1)`` after each run read."""
+def _read_runs(task: ChunkTask, progress: RunsDone | None = None,
+               ) -> Iterator[tuple[RunLocation, Any, Any, bool]]:
+    """Read the chunk's runs one at a time; a live run's grown log from its first incomplete
+    line. Yields each location, its run (``read_for_tables``, or the audit's reading for an
+    ``audit_only`` task), its decoded ``(lines, events)`` (before the kind-dependent
+    warnings, as ``read_run`` hands them out; None for a clean log, of which no prefix is
+    kept) and whether its stored prefix applied; ``progress(1)`` after each run read."""
     from ..read.incremental import decode_prefix
-    from ..read.snapshot import gc_paused, read_run
+    from ..read.snapshot import read_run
     from .build import HELD_LOCKS_EVERY, read_for_tables
 
-    runs: list[Any] = []
-    decoded: list[Any] = []
-    resumed: set[str] = set()
     held: frozenset[str] | None = None
-    with gc_paused():
-        for i, loc in enumerate(task.locations):
-            if i % HELD_LOCKS_EVERY == 0:
-                held = _held_keys()
-            blob = task.prefixes.get(loc.run_dir)
-            prefix = decode_prefix(blob, (0, 0)) if blob is not None else None
-            out: list[Any] = []
-            if task.audit_only:  # the audit's reading (read_for_tables parses more)
-                run = read_run(loc.run_dir, is_subagent=loc.is_subagent,
-                               parent_run_dir=loc.parent_run_dir, source_root=loc.source_root,
-                               events_prefix=prefix, decoded_out=out, clean=True,
-                               held_locks=held)
-            else:
-                run = read_for_tables(loc, events_prefix=prefix, decoded_out=out,
-                                      held_locks=held)
-            if prefix is not None and run.events_bytes is not None and prefix.matches(
-                    run.events_bytes):
-                resumed.add(loc.run_dir)
-            runs.append(run)
-            decoded.append(out[0] if out else None)
-            if progress is not None:
-                progress(1)
-    return runs, decoded, resumed
+    for i, loc in enumerate(task.locations):
+        if i % HELD_LOCKS_EVERY == 0:
+            held = _held_keys()
+        blob = task.prefixes.get(loc.run_dir)
+        prefix = decode_prefix(blob, (0, 0)) if blob is not None else None
+        out: list[Any] = []
+        if task.audit_only:  # the audit's reading (read_for_tables parses more)
+            run = read_run(loc.run_dir, is_subagent=loc.is_subagent,
+                           parent_run_dir=loc.parent_run_dir, source_root=loc.source_root,
+                           events_prefix=prefix, decoded_out=out, clean=True,
+                           held_locks=held)
+        else:
+            run = read_for_tables(loc, events_prefix=prefix, decoded_out=out,
+                                  held_locks=held)
+        resumed = (prefix is not None and run.events_bytes is not None
+                   and prefix.matches(run.events_bytes))
+        if progress is not None:
+            progress(1)
+        yield loc, run, (out[0] if out else None), resumed
+
+
+def _settle(task: ChunkTask, loc: RunLocation, run: Any, dec: Any, resumed: bool,
+            held: frozenset[str], racy: int, prefixes: dict[str, bytes]) -> dict[str, Any]:
+    """A run's manifest entry after its read: volatile when its fingerprint changed during
+    the read (or a writer holds it, or a file is younger than the racy window), in which case
+    the decoded prefix of a log read exactly is kept in ``prefixes``."""
+    from ..read.incremental import PREFIX_MAX_BYTES, make_prefix
+
+    fp = task.fingerprints.get(loc.run_dir)
+    after = run_fingerprint(loc.run_dir, held)
+    volatile = (fp is None or after is None or after.blob != fp
+                or run.writer_active or run.live_changed or after.newest_mtime_ns > racy)
+    # a prefix only of a log read exactly (its objects are at hand): a clean log is read
+    # whole again, which costs less than reading it from a prefix (the exact path) and
+    # spares building the objects to keep (0.3 / 3 / 15 MB log grown by one line: whole
+    # 0.04 / 0.09 / 0.67 CPU-s, from the prefix 0.05 / 0.14 / 1.18 + 0.00 / 0.06 / 0.52
+    # to make it)
+    keep = (volatile and run.events_bytes and len(run.events_bytes) <= PREFIX_MAX_BYTES
+            and dec is not None)
+    if keep:
+        p = make_prefix(run.events_bytes, dec[0], dec[1], (0, 0))
+        if p is not None:
+            try:
+                prefixes[loc.run_dir] = pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL)
+            except RecursionError:
+                pass  # a value nested too deep to pickle: the log is read whole next time
+    return {"sub": loc.is_subagent, "parent": loc.parent_run_dir, "root": loc.source_root,
+            "fp": fp, "part": task.key, "volatile": volatile, "kind": run.kind or "unknown",
+            "writer_active": run.writer_active, "prefix": loc.run_dir in prefixes,
+            "incremental": resumed, "full": not task.audit_only}
 
 
 @gc_paused()
@@ -961,59 +985,48 @@ def run_chunk(task: ChunkTask, progress: RunsDone | None = None, *,
     Pure apart from writing the part files under ``task.directory`` (deterministic names,
     atomic renames): safe to retry. ``progress(n)`` is called as runs are read;
     ``before_rename`` is the atomic writer's test hook (:func:`write_atomically`).
+    An ``audit_only`` task keeps one run at a time (its record, then its entry) and writes
+    only the records; any other keeps the chunk's runs for its tables.
 
     The cyclic garbage collector stays off for the whole chunk (it makes no reference
     cycles; its objects are freed by reference counts when it returns): re-enabled after the
     read, it rescanned every object of the chunk's runs (~0.18 CPU-s per 1,000 runs).
     """
-    from ..read.incremental import PREFIX_MAX_BYTES, make_prefix
-
-    data, decoded, resumed = _read_chunk(task, progress)
-    if task.audit_only:
-        from ..audit import audit_records
-
-        frames = None
-        records = dict(zip([loc.run_dir for loc in task.locations], audit_records(data),
-                           strict=True))
-    else:
-        frames = chunk_frames(data)
-        records = _records_of(frames["runs"])
-    held = _held_keys()
-    racy = time.time_ns() - int(RACY_SECONDS * 1e9)
-    kinds: dict[str, str] = {}
     entries: dict[str, Any] = {}
     prefixes: dict[str, bytes] = {}
-    for loc, run, dec in zip(task.locations, data, decoded, strict=True):
-        fp = task.fingerprints.get(loc.run_dir)
-        after = run_fingerprint(loc.run_dir, held)
-        volatile = (fp is None or after is None or after.blob != fp
-                    or run.writer_active or run.live_changed or after.newest_mtime_ns > racy)
-        kinds[loc.run_dir] = run.kind or "unknown"
-        # a prefix only of a log read exactly (its objects are at hand): a clean log is read
-        # whole again, which costs less than reading it from a prefix (the exact path) and
-        # spares building the objects to keep (0.3 / 3 / 15 MB log grown by one line: whole
-        # 0.04 / 0.09 / 0.67 CPU-s, from the prefix 0.05 / 0.14 / 1.18 + 0.00 / 0.06 / 0.52
-        # to make it)
-        keep = (volatile and run.events_bytes and len(run.events_bytes) <= PREFIX_MAX_BYTES
-                and dec is not None)
-        if keep:
-            p = make_prefix(run.events_bytes, dec[0], dec[1], (0, 0))
-            if p is not None:
-                try:
-                    prefixes[loc.run_dir] = pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL)
-                except RecursionError:
-                    pass  # a value nested too deep to pickle: the log is read whole next time
-        entries[loc.run_dir] = {"sub": loc.is_subagent, "parent": loc.parent_run_dir,
-                                "root": loc.source_root, "fp": fp, "part": task.key,
-                                "volatile": volatile, "kind": run.kind or "unknown",
-                                "writer_active": run.writer_active,
-                                "prefix": loc.run_dir in prefixes,
-                                "incremental": loc.run_dir in resumed,
-                                "full": not task.audit_only}
-    del data, decoded
-    files = ([] if frames is None else
-             write_parts(frames, task.directory, task.key, kinds=kinds,
-                         before_rename=before_rename)["files"])
+    files: list[dict[str, Any]] = []
+    if task.audit_only:
+        from ..audit import audit_records
+        from .build import HELD_LOCKS_EVERY
+
+        records = {}
+        batch: list[tuple[RunLocation, Any, Any, bool]] = []
+        runs = _read_runs(task, progress)
+        while True:  # a batch of runs at a time: /proc/locks read after their reads
+            batch = list(itertools.islice(runs, HELD_LOCKS_EVERY))
+            if not batch:
+                break
+            for (loc, _run, _dec, _res), rec in zip(batch, audit_records(
+                    [run for _loc, run, _dec, _res in batch]), strict=True):
+                records[loc.run_dir] = rec
+            held = _held_keys()
+            racy = time.time_ns() - int(RACY_SECONDS * 1e9)
+            for loc, run, dec, resumed in batch:
+                entries[loc.run_dir] = _settle(task, loc, run, dec, resumed, held, racy,
+                                               prefixes)
+            del batch
+    else:
+        data = list(_read_runs(task, progress))
+        frames = chunk_frames([run for _loc, run, _dec, _resumed in data])
+        records = _records_of(frames["runs"])
+        held = _held_keys()
+        racy = time.time_ns() - int(RACY_SECONDS * 1e9)
+        kinds = {loc.run_dir: run.kind or "unknown" for loc, run, _dec, _res in data}
+        for loc, run, dec, resumed in data:
+            entries[loc.run_dir] = _settle(task, loc, run, dec, resumed, held, racy, prefixes)
+        del data
+        files += write_parts(frames, task.directory, task.key, kinds=kinds,
+                             before_rename=before_rename)["files"]
     if prefixes:
         files.append(write_prefixes(prefixes, task.directory, task.key,
                                     before_rename=before_rename))
