@@ -843,7 +843,9 @@ def test_store_workers_keep_the_pages_polars_frees() -> None:
     with core._early_pool(2, True) as pool:
         assert pool is not None
         got = set(pool.map(_malloc_conf, range(4)))
-    assert got == {want}
+    # (polars' own __init__, which this test module's import runs in the worker, puts its
+    # decay settings first: the last setting wins)
+    assert got and all(g is not None and g.endswith(want) for g in got), got
     assert os.environ.get("_RJEM_MALLOC_CONF") == before
     p = subprocess.run([sys.executable, "-c", "import sys, rivumi_analysis.store.core; "
                         "print(sorted({'polars', 'pyarrow'} & set(sys.modules)))"],

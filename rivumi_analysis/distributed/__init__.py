@@ -25,8 +25,17 @@ from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover
 from ._chunks import DEFAULT_RUNS_PER_TASK, Chunk, chunk_key, make_chunks
 
 __all__ = ["ENGINES", "Chunk", "ChunkBar", "ChunkFailedError", "ChunkFailure", "EngineSummary",
-           "ExportResult", "RayAuditResult", "StoreResult", "audit", "audit_dataset",
-           "chunk_key", "export", "make_chunks", "store"]
+           "ExportResult", "RayAuditResult", "RayExecutor", "StoreResult", "audit",
+           "audit_dataset", "chunk_key", "export", "make_chunks", "store"]
+
+
+def __getattr__(name: str) -> Any:
+    """``RayExecutor`` (``read.executor``'s interface on Ray), imported when asked for."""
+    if name == "RayExecutor":
+        from ._store import RayExecutor
+
+        return RayExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 ENGINES = ("process", "ray")
 
