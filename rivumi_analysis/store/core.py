@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import functools
 import hashlib
 import itertools
 import os
@@ -535,7 +536,8 @@ class Store:
         """
         t0 = time.perf_counter()
         locs = list(locations)
-        with _early_pool(*self._early_jobs(locs, jobs, executor, current)) as pool:
+        with _early_pool(*self._early_jobs(locs, jobs, executor, current),
+                         audit_only=audit_only) as pool:
             return self._refresh(t0, locs, sources=sources, max_depth=max_depth,
                                  verify=verify, compact=compact, jobs=jobs, executor=executor,
                                  listings=listings, current=current, discovery=discovery,
@@ -613,7 +615,10 @@ class Store:
                 written += 1
                 self._cut("part_written")
             new = Manifest(gen, order, runs, parts, list(sources), max_depth, discovery,
-                           schema_blobs())
+                           # (an audit's refresh imports no polars: the schemas are
+                           # written by the next table load's refresh)
+                           (m.schemas if m is not None else None) if audit_only
+                           else schema_blobs())
             self._drop_dead_parts(new)
             compacted = self._maybe_compact(new, force=compact)
             if compacted:
@@ -946,6 +951,16 @@ def _read_runs(task: ChunkTask, progress: RunsDone | None = None,
         yield loc, run, (out[0] if out else None), resumed
 
 
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    """The fields of a run :func:`_settle` reads (an audit chunk keeps these, not the run)."""
+
+    kind: str | None
+    writer_active: bool
+    live_changed: bool
+    events_bytes: bytes | None
+
+
 def _settle(task: ChunkTask, loc: RunLocation, run: Any, dec: Any, resumed: bool,
             held: frozenset[str], racy: int, prefixes: dict[str, bytes]) -> dict[str, Any]:
     """A run's manifest entry after its read: volatile when its fingerprint changed during
@@ -1003,12 +1018,17 @@ def run_chunk(task: ChunkTask, progress: RunsDone | None = None, *,
         batch: list[tuple[RunLocation, Any, Any, bool]] = []
         runs = _read_runs(task, progress)
         while True:  # a batch of runs at a time: /proc/locks read after their reads
-            batch = list(itertools.islice(runs, HELD_LOCKS_EVERY))
+            batch = []
+            for loc, run, dec, resumed in itertools.islice(runs, HELD_LOCKS_EVERY):
+                records[loc.run_dir] = audit_records([run])[0]
+                # what the entry needs of the run (the bytes only of a log read exactly,
+                # whose prefix may be kept): the run itself is freed now
+                batch.append((loc, _Settled(run.kind, run.writer_active, run.live_changed,
+                                            run.events_bytes if dec is not None else None),
+                              dec, resumed))
+                del run
             if not batch:
                 break
-            for (loc, _run, _dec, _res), rec in zip(batch, audit_records(
-                    [run for _loc, run, _dec, _res in batch]), strict=True):
-                records[loc.run_dir] = rec
             held = _held_keys()
             racy = time.time_ns() - int(RACY_SECONDS * 1e9)
             for loc, run, dec, resumed in batch:
@@ -1107,16 +1127,20 @@ _WARM_MODULES = (
 """What a worker's chunk imports (:func:`_warm_worker`)."""
 
 
-def _warm_worker() -> None:
+_WARM_AUDIT_MODULES = ("rivumi_analysis.audit", "rivumi_analysis.read.incremental")
+"""What an ``audit_only`` chunk imports (no polars, no pyarrow)."""
+
+
+def _warm_worker(modules: Sequence[str] = _WARM_MODULES) -> None:
     """Import what a chunk needs (a new worker does it while the parent stats the fleet)."""
     import importlib
 
-    for name in _WARM_MODULES:
+    for name in modules:
         importlib.import_module(name)
 
 
 @contextlib.contextmanager
-def _early_pool(n_jobs: int, wanted: bool) -> Iterator[Any]:
+def _early_pool(n_jobs: int, wanted: bool, *, audit_only: bool = False) -> Iterator[Any]:
     """The local worker processes (``read.executor.LocalPool``) started now, each importing
     what a chunk needs (:func:`_warm_worker`), so their start-up overlaps the parent's stat
     pass; None when not ``wanted``. (The pool is loky's reusable one: it outlives the call.)"""
@@ -1127,7 +1151,8 @@ def _early_pool(n_jobs: int, wanted: bool) -> Iterator[Any]:
 
     pool = LocalPool(n_jobs)
     try:
-        pool.warm(_warm_worker)
+        pool.warm(functools.partial(_warm_worker, _WARM_AUDIT_MODULES if audit_only
+                                    else _WARM_MODULES))
     except (ImportError, OSError):
         yield None  # no pool here: the chunks run as they would without it
         return
