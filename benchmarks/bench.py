@@ -395,8 +395,10 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def run_child(cmd: list[str]) -> tuple[float, int, str, float]:
-    """Run ``cmd``; return (wall s, peak RSS summed over its process tree, stdout, CPU s).
+def run_child(cmd: list[str], *, env: dict[str, str] | None = None,
+              cwd: str | Path = ROOT) -> tuple[float, int, str, float]:
+    """Run ``cmd`` (in ``cwd``, with ``env``); return (wall s, peak RSS summed over its
+    process tree, stdout, CPU s).
 
     CPU seconds (user + system of the child and every process it waited for, pool workers
     included) are reported next to wall time: they do not depend on what else the machine runs.
@@ -405,7 +407,7 @@ def run_child(cmd: list[str]) -> tuple[float, int, str, float]:
 
     cpu0 = _children_cpu()
     t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env)
     pp = psutil.Process(p.pid)
     peak = 0
     stop = threading.Event()

@@ -18,17 +18,15 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench import _children_cpu, _tree_rss  # noqa: E402
+from bench import run_child  # noqa: E402
 
 TABLE = ("import sys; import rivumi_analysis as ra; "
          "df = getattr(ra, sys.argv[1])(sys.argv[2]); print(df.height)")
@@ -54,31 +52,10 @@ CALLS = ("audit_no_cache", "audit_cold_cache", "events_df", "runs_df", "states_d
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float]:
-    import psutil
-
-    cpu0 = _children_cpu()
-    t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                         cwd=tempfile.gettempdir())
-    pp = psutil.Process(p.pid)
-    peak = 0
-    stop = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not stop.is_set():
-            peak = max(peak, _tree_rss(pp))
-            stop.wait(0.005)
-
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    _out, err = p.communicate()
-    wall = time.perf_counter() - t
-    stop.set()
-    th.join()
-    if p.returncode not in (0, 1, 3):
-        raise RuntimeError(f"{cmd} failed ({p.returncode}): {err.decode()[-2000:]}")
-    return wall, _children_cpu() - cpu0, peak / 2**20
+    """(wall s, CPU s, peak tree RSS MB) of ``cmd``, run outside any checkout (so the
+    ``PYTHONPATH`` of ``env`` decides which package is imported)."""
+    wall, peak, _out, cpu = run_child(cmd, env=env, cwd=tempfile.gettempdir())
+    return wall, cpu, peak / 2**20
 
 
 def _fmt(xs: list[float], unit: str) -> str:

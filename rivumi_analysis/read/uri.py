@@ -166,14 +166,25 @@ def list_dir(uri: str) -> list[tuple[str, str]] | None:
     """
     from pyarrow import fs as pafs
 
-    try:
-        fs, path = resolve(uri)
-        infos = fs.get_file_info(pafs.FileSelector(path.rstrip("/"), allow_not_found=True,
-                                                   recursive=False))
-    except (OSError, ValueError):
+    infos = _entries(uri)
+    if infos is None:
         return None
     out = [(info.base_name, _kind(pafs, info)) for info in infos]
     return sorted(o for o in out if o[0])
+
+
+def _entries(uri: str, *, allow_not_found: bool = True) -> list[Any] | None:
+    """The ``FileInfo`` of every entry directly below ``uri`` (one listing request), or None
+    when it cannot be listed."""
+    from pyarrow import fs as pafs
+
+    try:
+        fs, path = resolve(uri)
+        return fs.get_file_info(pafs.FileSelector(path.rstrip("/"),
+                                                  allow_not_found=allow_not_found,
+                                                  recursive=False))
+    except (OSError, ValueError):
+        return None
 
 
 def object_fingerprint(run_dir: str) -> tuple[bytes, int] | None:
@@ -189,11 +200,8 @@ def object_fingerprint(run_dir: str) -> tuple[bytes, int] | None:
     import msgspec
     from pyarrow import fs as pafs
 
-    try:
-        fs, path = resolve(run_dir)
-        infos = fs.get_file_info(pafs.FileSelector(path.rstrip("/"), allow_not_found=False,
-                                                   recursive=False))
-    except (OSError, ValueError):
+    infos = _entries(run_dir, allow_not_found=False)
+    if infos is None:
         return None
     rows = sorted((i.base_name, _kind(pafs, i), i.size or 0, i.mtime_ns or 0)
                   for i in infos if i.base_name)
