@@ -152,10 +152,16 @@ def _results(futures: list[Any]) -> Iterator[Any]:
 
 
 def local_pool(workers: int) -> Any:
-    """loky's reusable executor with ``workers`` processes (started or resized as needed)."""
+    """loky's reusable executor with ``workers`` processes (started or resized as needed).
+
+    The toolkit's own environment variables (``RIVUMI_*``, e.g. ``RIVUMI_ENGINE``) are
+    passed as they are now: when one changed since the workers started, loky starts new
+    ones (a worker would otherwise keep the value it started with)."""
     from loky import get_reusable_executor
 
-    return get_reusable_executor(max_workers=workers, timeout=IDLE_SECONDS, env=WORKER_ENV)
+    env = {k: v for k, v in os.environ.items() if k.startswith(("RIVUMI", "LOOPLANE"))}
+    return get_reusable_executor(max_workers=workers, timeout=IDLE_SECONDS,
+                                 env={**env, **WORKER_ENV})
 
 
 def choose(n_runs: int, jobs: int | None = None, *, executor: Executor | None = None,
@@ -173,7 +179,8 @@ def choose(n_runs: int, jobs: int | None = None, *, executor: Executor | None = 
 
 def on_object_storage(locations: Sequence[Any]) -> bool:
     """Whether any run is on object storage (a URI: such runs are read in this process)."""
-    return any("://" in getattr(loc, "run_dir", loc) for loc in locations)
+    dirs = (getattr(loc, "run_dir", loc) for loc in locations)
+    return any(isinstance(d, str) and "://" in d for d in dirs)
 
 
 def map_chunks(work: Callable[[list[C]], R], items: Sequence[C], *, jobs: int | None = None,
