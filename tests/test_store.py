@@ -808,8 +808,8 @@ def test_a_large_first_build_starts_its_workers_before_the_stat_pass(
     real = core._early_pool
 
     @contextlib.contextmanager
-    def spy(n_jobs: int, wanted: bool) -> Iterator[object]:
-        with real(n_jobs, wanted) as pool:
+    def spy(n_jobs: int, wanted: bool, **kw: bool) -> Iterator[object]:
+        with real(n_jobs, wanted, **kw) as pool:
             started.append(pool)
             yield pool
 
