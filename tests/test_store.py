@@ -385,7 +385,7 @@ def test_injected_executor_runs_every_chunk_and_gives_the_same_tables(
     reverse order, as a cluster may return them) give the tables of a cold load."""
     from rivumi_analysis.store import ChunkResult, ChunkTask, run_chunk
 
-    monkeypatch.setattr("rivumi_analysis.read.executor.POOL_MIN_RUNS", 4)
+    monkeypatch.setattr("rivumi_analysis.store.core.MIN_CHUNK_RUNS", 2)
     seen: list[ChunkTask] = []
 
     def executor(tasks: list[ChunkTask]) -> list[ChunkResult]:

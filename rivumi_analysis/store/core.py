@@ -735,10 +735,11 @@ class Store:
         # the local executor (also as functools.partial(local_executor, progress=...))
         # stays in this process for a small fleet (read.executor.pool_workers): there one
         # chunk per PART_RUNS runs (each chunk costs a fixed validation and a file per
-        # table); any other executor gets one chunk per job from the same threshold
+        # table); a cluster's executor gets one chunk per job from two chunks' worth of runs
         local = getattr(executor, "func", executor) in (None, local_executor)
         n_jobs = (pool_workers(len(todo), jobs) if local
-                  else pool_workers(len(todo), jobs or default_jobs()))
+                  else max(1, jobs or default_jobs()) if len(todo) >= 2 * MIN_CHUNK_RUNS
+                  else 1)
         if n_jobs > 1 and not (local and on_object_storage(todo[:1])):
             # equal chunks, a multiple of the jobs: 11 chunks on 2 workers left one idle
             rounds = -(-len(todo) // (n_jobs * PART_RUNS))
