@@ -43,10 +43,11 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="exit 1 when any run has one of these verdicts")
     a.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
     a.add_argument("--no-cache", action="store_true",
-                   help="do not read or write the incremental cache")
+                   help="do not read or write the incremental cache (the store)")
     a.add_argument("--cache-dir", default=None, metavar="DIR",
-                   help="cache directory (default: $RIVUMI_ANALYSIS_CACHE_DIR or "
-                        "~/.cache/rivumi-analysis); never inside a run directory")
+                   help="cache directory: the store lives in DIR/store/ (default: the "
+                        "loaders' store, $RIVUMI_ANALYSIS_STORE_DIR or "
+                        "~/.cache/rivumi-analysis/store); never inside a run directory")
     a.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="worker processes (default: one per core; 1: no pool)")
     a.add_argument("--engine", choices=("process", "ray"), default="process",
@@ -337,7 +338,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def _run_audit(paths: list[str], max_depth: int, *, cache: bool = False,
                cache_dir: str | None = None, jobs: int | None = None) -> Any:
-    from .audit import audit
+    from .fleet_audit import audit
 
     progress = None
     bar = None

@@ -24,7 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rivumi_analysis.audit import audit, record_from_run
+from rivumi_analysis.audit import record_from_run
+from rivumi_analysis.fleet_audit import audit
 from rivumi_analysis.read import columnar as _columnar
 from rivumi_analysis.read.cleanlog import CleanLog, clean_log
 from rivumi_analysis.read.discovery import discover

@@ -144,7 +144,7 @@ def read_for_tables(loc: RunLocation, *, events_prefix: Any = None,
 
 def read_runs_for_tables(locations: Iterable[RunLocation | str]) -> list[RunData]:
     """:func:`read_for_tables` of every location (a string is a top-level run directory)."""
-    from ..read.cache import proc_locked_keys
+    from ..read.incremental import proc_locked_keys
 
     out = []
     held: frozenset[str] | None = None
