@@ -918,6 +918,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    from . import progress
+
+    if args.command in _OWN_PROGRESS:
+        progress.set_enabled(False)  # the command draws its own (one bar, not two)
     try:
         if args.command in _EMPTY_SOURCE_COMMANDS:
             return _empty_source_is_usage_error(args)
@@ -926,6 +930,12 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+    finally:
+        progress.set_enabled(None)
+
+
+_OWN_PROGRESS = frozenset({"audit", "report", "export"})
+"""Commands that draw their own progress lines; the library's bars are off for them."""
 
 
 if __name__ == "__main__":  # pragma: no cover

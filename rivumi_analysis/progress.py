@@ -56,11 +56,7 @@ def track(results: Iterable[T], sizes: Sequence[int], desc: str,
     if not enabled(option) or not sizes:
         yield from results
         return
-    from tqdm.auto import tqdm
-
-    total = sum(sizes)
-    bar = tqdm(total=total, desc=desc, unit="run", file=sys.stderr, leave=False,
-               delay=0 if total >= MIN_RUNS else DELAY_SECONDS)
+    bar = _tqdm(sum(sizes), desc)
     try:
         for size, result in zip(sizes, results, strict=False):
             bar.update(size)
@@ -73,10 +69,18 @@ def bar(total: int, desc: str, option: bool | None = None) -> Any:
     """A bar to ``update(n)`` and ``close()`` by hand (a no-op object when off)."""
     if not enabled(option):
         return _NoBar()
+    return _tqdm(total, desc)
+
+
+def _tqdm(total: int, desc: str) -> Any:
+    """tqdm's auto class: a widget in Jupyter; on a terminal text on stderr, and nothing when
+    stderr is not a terminal (a log file or CI gets no carriage-return lines)."""
     from tqdm.auto import tqdm
 
+    in_notebook = tqdm.__module__ not in ("tqdm.std", "tqdm.asyncio")  # else tqdm.auto's own
     return tqdm(total=total, desc=desc, unit="run", file=sys.stderr, leave=False,
-                delay=0 if total >= MIN_RUNS else DELAY_SECONDS)
+                delay=0 if total >= MIN_RUNS else DELAY_SECONDS,
+                disable=False if in_notebook else None)
 
 
 class _NoBar:

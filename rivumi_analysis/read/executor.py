@@ -43,8 +43,10 @@ ENV_POOL_MIN_RUNS = "RIVUMI_ANALYSIS_POOL_MIN_RUNS"
 IDLE_SECONDS = 60
 """A worker with nothing to do for this long exits (the next call starts it again)."""
 
-WORKER_ENV = {"_RJEM_MALLOC_CONF": "background_thread:false,dirty_decay_ms:-1,muzzy_decay_ms:-1"}
-"""Set in every worker before it imports anything: polars' jemalloc keeps the pages a chunk
+WORKER_ENV = {"_RJEM_MALLOC_CONF": "background_thread:false,dirty_decay_ms:-1,muzzy_decay_ms:-1",
+              "RIVUMI_ANALYSIS_PROGRESS": "0"}
+"""Set in every worker before it imports anything (a worker never draws a progress bar: the
+caller's process does). polars' jemalloc keeps the pages a chunk
 freed for the next chunk instead of giving them back within half a second and faulting them
 in again (a 500-run store chunk: ~33k -> ~6k page faults), and runs no purging thread. A
 worker's memory goes back when it exits."""
@@ -185,17 +187,30 @@ def on_object_storage(locations: Sequence[Any]) -> bool:
 
 def map_chunks(work: Callable[[list[C]], R], items: Sequence[C], *, jobs: int | None = None,
                executor: Executor | None = None, most: int = 64, least: int = 8,
-               per_worker: int = 4) -> Iterator[R]:
+               per_worker: int = 4, desc: str = "reading runs",
+               progress: bool | None = None) -> Iterator[R]:
     """``work`` over chunks of ``items`` (run locations), results in chunk order: in this
     process as one chunk when the pass is small (:func:`choose`), else in chunks of
-    ``least``..``most`` runs (:func:`chunked`) on the chosen executor.
+    ``least``..``most`` runs (:func:`chunked`) on the chosen executor. A progress bar
+    (``rivumi_analysis.progress``: ``desc``, ``progress=False`` or
+    ``$RIVUMI_ANALYSIS_PROGRESS=0`` turns it off) counts the runs done.
 
     >>> list(map_chunks(len, list(range(10))))
     [10]
     """
+    from ..progress import bar, track
+
     ex, workers = choose(len(items), jobs, executor=executor,
                          local_only=on_object_storage(items))
     if isinstance(ex, InProcess):
-        return iter([work(list(items))]) if items else iter([])
-    return ex.map(work, chunked(items, workers=workers, most=most, least=least,
-                                per_worker=per_worker))
+        if not items:
+            return iter([])
+        shown = bar(len(items), desc, progress)
+        try:
+            result = work(list(items))
+            shown.update(len(items))
+        finally:
+            shown.close()
+        return iter([result])
+    chunks = chunked(items, workers=workers, most=most, least=least, per_worker=per_worker)
+    return track(ex.map(work, chunks), [len(c) for c in chunks], desc, progress)

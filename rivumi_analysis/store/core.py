@@ -752,8 +752,12 @@ class Store:
                             if loc.run_dir in prefixes}, audit_only)
                  for i in range(0, len(todo), size)]
         if executor is None:
-            results: Iterable[ChunkResult] = local_executor(
-                tasks, jobs=n_jobs, pool=pool, before_rename=self._before_rename())
+            from ..progress import bar
+
+            shown = bar(len(todo), "reading runs")  # the first build's (a refresh's) bar
+            results: Iterable[ChunkResult] = _closing(local_executor(
+                tasks, jobs=n_jobs, pool=pool, before_rename=self._before_rename(),
+                progress=shown.update), shown)
         elif pool is not None and getattr(executor, "func", None) is local_executor:
             results = executor(tasks, pool=pool)  # a partial of local_executor
         else:
@@ -1083,6 +1087,13 @@ def write_prefixes(prefixes: dict[str, bytes], directory: str, key: str, *,
     digest = write_atomically(os.path.join(directory, rel), data, before_rename=before_rename)
     return {"table": PREFIX_DIR, "kind": "", "path": rel, "rows": len(prefixes),
             "bytes": len(data), "blake2b": digest}
+
+
+def _closing(results: Iterable[T], shown: Any) -> Iterator[T]:
+    try:
+        yield from results
+    finally:
+        shown.close()
 
 
 def local_executor(tasks: Sequence[ChunkTask], *, jobs: int | None = None,
