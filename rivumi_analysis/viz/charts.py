@@ -124,10 +124,21 @@ class _Rows:
     """
 
     _schema: Mapping[str, Any] = {"type": "array"}
-    __slots__ = ("rows",)
+    __slots__ = ("_digest", "rows")
 
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.rows = rows
+        self._digest: str | None = None
+
+    def __repr__(self) -> str:
+        # altair names a view by hashing its data's text: a digest of the rows keeps the
+        # names the same from run to run (an object address would not)
+        if self._digest is None:
+            import hashlib
+
+            text = json.dumps(self.rows, sort_keys=True, default=str)
+            self._digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return f"rows:{len(self.rows)}:{self._digest}"
 
     def to_dict(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         return self.rows
