@@ -173,14 +173,13 @@ class ReportTables(dict[str, pl.DataFrame | None]):
     store_read: int = 0
 
 
-def _ordered(lf: pl.LazyFrame, table: str, rank: pl.DataFrame) -> pl.DataFrame:
-    """The scan's rows collected in a cold load's order: ``runs`` by ``run_dir``, others by
-    discovery order (stable: a run's rows keep their order). Ordered inside the query, so
-    the unordered table is never held beside its ordered copy."""
+def _ordered(df: pl.DataFrame, table: str, rank: pl.DataFrame) -> pl.DataFrame:
+    """Rows in a cold load's order: ``runs`` by ``run_dir``, others by discovery order
+    (stable: a run's rows keep their order)."""
     if table == "runs":
-        return lf.sort("run_dir", maintain_order=True).collect()
-    return (lf.join(rank.lazy(), on="run_dir", how="left", maintain_order="left")
-            .sort("__rank", maintain_order=True, nulls_last=True).drop("__rank").collect())
+        return df.sort("run_dir", maintain_order=True)
+    return (df.join(rank, on="run_dir", how="left", maintain_order="left")
+            .sort("__rank", maintain_order=True, nulls_last=True).drop("__rank"))
 
 
 def _store_tables(paths: Sequence[str], *, max_depth: int, store_dir: str | None,
@@ -229,7 +228,7 @@ def _store_tables(paths: Sequence[str], *, max_depth: int, store_dir: str | None
             lf = scan(t)
             if t in FLEET_COLUMNS:
                 lf = lf.select(FLEET_COLUMNS[t])
-            out[t] = _ordered(lf, t, rank)
+            out[t] = _ordered(lf.collect(), t, rank)
         progress("reading tables", len(REPORT_TABLES), len(REPORT_TABLES))
         unread = _unread_runs(found.skipped)
         if unread is not None:  # a folder that cannot be listed is a row, as in runs_df
@@ -241,7 +240,7 @@ def _store_tables(paths: Sequence[str], *, max_depth: int, store_dir: str | None
 
     def detail(run_dirs: Sequence[str]) -> Tables:
         want = list(dict.fromkeys(run_dirs))
-        return {t: _ordered(scan(t).filter(pl.col("run_dir").is_in(want)), t, rank)
+        return {t: _ordered(scan(t).filter(pl.col("run_dir").is_in(want)).collect(), t, rank)
                 for t in REPORT_TABLES}
 
     out.detail = detail
