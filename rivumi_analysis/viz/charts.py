@@ -406,11 +406,12 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
     pts = pts.join(run_labels(pts), on="run_dir", how="left", suffix="_l").select(
         "run", pl.col("run_id"), "verdict", "kind", "terminal_reason", "step", "total_tokens",
         pl.col("wall_s").round(2), wall_bin.alias("b"))
-    why = (f"{left_out} run(s) without steps or tokens left out (no readable log, or "
-           "tokens the log cannot hold and no file that has them)") if left_out else None
+    # two subtitle lines, not one: a long line widened the chart past its card at 1,024 px
+    why = [f"{left_out} run(s) without steps or tokens left out (no readable log,",
+           "or tokens the log cannot hold and no file that has them)"] if left_out else []
     c_scatter = (alt.Chart(_values(pts), title=alt.TitleParams(
         "Steps, tokens and time per run",
-        subtitle=[_title("", pts.height, plotted.height).subtitle, *([why] if why else []),
+        subtitle=[_title("", pts.height, plotted.height).subtitle, *why,
                   "click a wall-time bin (right) or a verdict to pick its runs"],
         anchor="start"))
                  .mark_circle(stroke="#333", strokeWidth=0.3)
@@ -2047,8 +2048,8 @@ def task_kinds(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
     order = g["group"].to_list()
     sub = [f"{r.height} runs in {g.height + cut} {label}(s)"
            + (f"; {cut} smallest group(s) not shown" if cut else ""),
-           "success = completed among ended runs (completed, failed, cancelled; crashed, "
-           "interrupted, live, fork, unreadable: not ended)"]
+           "success = completed among ended runs (completed, failed, cancelled;",
+           "crashed, interrupted, live, fork, unreadable: not ended)"]
     tip = [alt.Tooltip("group:N", title=label), "runs:Q", "finished:Q", "succeeded:Q",
            alt.Tooltip("success_rate:Q", format=".1%"),
            alt.Tooltip("median_tokens:Q", format=",.0f"),
