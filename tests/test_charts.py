@@ -195,7 +195,8 @@ def test_fork_points_links_and_safe_points(tables):
     assert link and link[0]["encoding"]["x"]["field"] == "fork_point_sequence"
     order = spec["layer"][0]["encoding"]["y"]["scale"]["domain"]
     label = dict(C.run_labels(runs).select("run_id", "run").iter_rows())
-    assert label["fork-1"] == "fork" and label["s"] == "verified"  # readable, not hex
+    # a short id, then what the run was (readable, and runs of one kind still differ)
+    assert label["fork-1"] == "fork-1 fork" and label["s"] == "s verified"
     assert order.index(label["fork-1"]) == order.index(label["s"]) + 1  # fork below source
     assert any(r.get("last_safe_before") == "crash" for r in _values(spec))
     # real tables (forks_df when present) still build

@@ -99,7 +99,8 @@ def test_top_runs_readable_labels_full_id_in_tooltip():
     spec = C.top_runs(runs=runs, n=5).to_dict()
     bars = [r for ds in _datasets(spec) for r in ds if "wall_s" in r]
     assert [r["wall_s"] for r in bars] == [29.0, 28.0, 27.0, 26.0, 25.0]
-    assert bars[0]["run"] == "verified · 08-03 09:29" and len(bars[0]["run_id"]) == 32
+    # the label: the id's first 8 characters, then what the run was; the full id in tooltips
+    assert bars[0]["run"] == f"{29:032x}"[:8] + " verified#30" and len(bars[0]["run_id"]) == 32
     assert "/abs/" not in str(spec)
 
 
@@ -120,7 +121,7 @@ def test_timeline_order_matches_subtitle_and_gaps_collapse():
     spec = C.step_timeline(runs=runs, model_calls=mc, events=ev).to_dict()
     main = spec["vconcat"][0]
     assert "most notable first" in main["title"]["subtitle"]
-    assert main["layer"][0]["encoding"]["y"]["sort"][0].startswith("unfinished")  # corrupt first
+    assert main["layer"][0]["encoding"]["y"]["sort"][0].endswith(" unfinished")  # corrupt first
     seg = [r for ds in _datasets(spec) for r in ds]
     assert max(r["end_s"] for r in seg) == pytest.approx(35.0)  # 2 + 30 (gap) + 3
     assert "1 long resume gap(s) collapsed" in main["title"]["subtitle"]

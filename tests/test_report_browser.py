@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rivumi_analysis.viz.report import CHART_SECTIONS, write_report
+from rivumi_analysis.viz.report import AUDIT_PAGE_ROWS, CHART_SECTIONS, write_report
 
 pytestmark = pytest.mark.browser
 
@@ -76,6 +76,15 @@ _LINKED = r"""() => {
 }"""
 
 
+# The audit table: one line per run, a page of rows at a time (the pager says which).
+_AUDIT = r"""() => {
+  const rows = Array.from(document.getElementById('audit-table').tBodies[0].rows);
+  const shown = rows.filter(r => r.style.display !== 'none');
+  return {rows: rows.length, shown: shown.length, info: document.querySelector('.pinfo').textContent,
+          tallest: Math.max(...shown.map(r => r.getBoundingClientRect().height))};
+}"""
+
+
 def block_network(page, blocked: list[str]) -> None:  # noqa: ANN001 - a Playwright page
     """Abort every request of ``page`` that is not ``file:``, noting its URL in ``blocked``."""
 
@@ -120,6 +129,7 @@ def _render(html: Path, name: str, *, click: bool = False) -> dict[int, dict]:
                 out[width] = {"charts": charts, "console": console_errors,
                               "pageerrors": page_errors, "blocked": blocked, "shot": shot}
                 if click and width == WIDTHS[0]:
+                    out[width]["audit"] = page.evaluate(_AUDIT)
                     page.click(_CLICK, timeout=30_000)
                     page.wait_for_timeout(300)
                     out[width]["linked"] = page.evaluate(_LINKED)
@@ -160,6 +170,10 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert res.charts == n_charts and res.run_pages >= 1
     rendered = _render(out, "sample_runs", click=True)
     _check(rendered, n_charts + res.run_page_charts)
+    audit = rendered[WIDTHS[0]]["audit"]
+    assert audit["shown"] == min(audit["rows"], AUDIT_PAGE_ROWS) > 0, audit
+    assert audit["info"].startswith(f"rows 1–{audit['shown']} of {audit['rows']}"), audit
+    assert audit["tallest"] < 32, audit  # one line per run (rows were ~170 px tall)
     linked = rendered[WIDTHS[0]]["linked"]
     run_id = linked["filter"]
     assert len(run_id) == 32 and run_id in (linked["bar"] or ""), linked

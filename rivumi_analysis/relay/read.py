@@ -10,6 +10,7 @@ with their position and a stable reason code (``errors.RELAY_QUARANTINE_REASONS`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -186,6 +187,12 @@ def _walk(root: str, directory: str, depth: int, max_depth: int, found: list[Can
     for e in entries:
         if e.name in exclude:
             continue
+        # an ordinary file that cannot be a journal is never looked at: no stat, no relpath
+        # (a fleet's run folders hold thousands of them; the directory entry's type is known)
+        with contextlib.suppress(OSError):
+            if (not _journal_like(e.name) and not e.is_symlink()
+                    and not e.is_dir(follow_symlinks=False)):
+                continue
         rel = os.path.relpath(e.path, root)
         try:
             st = e.stat(follow_symlinks=False)

@@ -159,7 +159,7 @@ def spec(chart: Any) -> dict[str, Any]:
     with quiet():
         d = chart.to_dict(validate=False)
     d.pop("$schema", None)  # not needed offline: mode is passed to vega-embed explicitly
-    d.setdefault("config", {}).update({"font": "system-ui, sans-serif",
+    d.setdefault("config", {}).update({"font": FONT,
                                        "view": {"stroke": "#ddd"}})
     return d
 
@@ -185,10 +185,13 @@ def script_json(obj: Any) -> str:
         .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")))
 
 
+FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, sans-serif'
+"""The one font family of the page and of its charts (Vega's ``config.font``)."""
+
 CSS = """
 :root{--fg:#1d2330;--muted:#5b6473;--line:#e3e6eb;--bg:#f7f8fa;--accent:#2457c5}
-*{box-sizing:border-box}body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",
-Roboto,sans-serif;color:var(--fg);background:var(--bg)}
+*{box-sizing:border-box}body{margin:0;font:14px/1.45 @FONT@;color:var(--fg);
+background:var(--bg)}input,button,select{font:inherit}""".replace("@FONT@", FONT) + """
 header{background:#1d2330;color:#fff;padding:18px 28px}header h1{margin:0;font-size:20px}
 header p{margin:4px 0 0;color:#c9cfda;font-size:13px}
 main{max-width:1320px;margin:0 auto;padding:18px 28px 60px}
@@ -218,7 +221,13 @@ font-variant-numeric:tabular-nums}
 .v{display:inline-block;padding:1px 7px;border-radius:9px;color:#fff;font-size:11.5px}
 code{font-size:12px;background:#f0f2f5;padding:0 4px;border-radius:3px}
 input.filter{margin:0 0 8px;padding:5px 8px;width:320px;border:1px solid var(--line);
-border-radius:6px}.muted{color:var(--muted)}footer{color:var(--muted);font-size:12px}
+border-radius:6px}.tabletools{display:flex;flex-wrap:wrap;gap:12px;align-items:baseline}
+.pager{display:flex;gap:8px;align-items:baseline;font-size:12.5px;color:var(--muted)}
+.pager button{border:1px solid var(--line);background:#fff;border-radius:5px;padding:2px 9px;
+cursor:pointer}.pager button:disabled{opacity:.4;cursor:default}
+table.compact td{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;max-width:13em;
+padding:2px 6px;vertical-align:middle;line-height:1.35}table.compact th{white-space:nowrap}
+table.compact td code{font-size:11.5px}table.compact tbody tr:hover td{background:#f3f6fc}.muted{color:var(--muted)}footer{color:var(--muted);font-size:12px}
 """
 
 TRANSCRIPT_CSS = """
@@ -359,13 +368,45 @@ JS = r"""
     }));
   });
   Promise.all(pending).then(function(){ document.body.setAttribute('data-charts-done','1'); });
+  // paged tables (the audit table): the rows that pass the filter, a page at a time
+  var paged = {};
+  function paginate(id){
+    var st = paged[id]; if (!st) return;
+    var all = st.table.tBodies[0].rows, rows = [];
+    Array.prototype.forEach.call(all, function(tr){
+      tr.style.display = 'none';
+      if (!tr.hasAttribute('data-out')) rows.push(tr);
+    });
+    var n = rows.length, pages = Math.max(1, Math.ceil(n / st.size));
+    st.page = Math.min(Math.max(st.page, 0), pages - 1);
+    var a = st.page * st.size, b = Math.min(a + st.size, n);
+    for (var i = a; i < b; i++) rows[i].style.display = '';
+    st.info.textContent = n ? ('rows ' + (a + 1) + '–' + b + ' of ' + n) : 'no rows';
+    st.prev.disabled = st.page === 0; st.next.disabled = st.page >= pages - 1;
+  }
+  document.querySelectorAll('.pager[data-table]').forEach(function(el){
+    var id = el.getAttribute('data-table'), table = document.getElementById(id);
+    if (!table) return;
+    var btn = el.querySelectorAll('button');
+    paged[id] = {table: table, size: Number(el.getAttribute('data-size')) || 50, page: 0,
+                 info: el.querySelector('.pinfo'), prev: btn[0], next: btn[1]};
+    Array.prototype.forEach.call(btn, function(b){
+      b.addEventListener('click', function(){
+        paged[id].page += Number(b.getAttribute('data-step')); paginate(id);
+      });
+    });
+    paginate(id);
+  });
   document.querySelectorAll('input.filter[data-table]').forEach(function(inp){
-    var tbody = document.getElementById(inp.getAttribute('data-table')).tBodies[0];
+    var id = inp.getAttribute('data-table'), tbody = document.getElementById(id).tBodies[0];
     inp.addEventListener('input', function(){
       var q = inp.value.toLowerCase();
       Array.prototype.forEach.call(tbody.rows, function(tr){
-        tr.style.display = tr.textContent.toLowerCase().indexOf(q) >= 0 ? '' : 'none';
+        var hit = tr.textContent.toLowerCase().indexOf(q) >= 0;
+        if (paged[id]) { if (hit) tr.removeAttribute('data-out'); else tr.setAttribute('data-out', '1'); }
+        else tr.style.display = hit ? '' : 'none';
       });
+      if (paged[id]) { paged[id].page = 0; paginate(id); }
     });
   });
   // the transcript's filter: entries whose text (folded texts included) holds the query
@@ -392,6 +433,7 @@ JS = r"""
         return asc ? c : -c;
       });
       rows.forEach(function(r){ tb.appendChild(r); });
+      if (table.id && paged[table.id]) { paged[table.id].page = 0; paginate(table.id); }
     });
   });
 })();
@@ -463,7 +505,8 @@ def page_css() -> str:
     from . import charts as C
 
     colors = "".join(f".v-{k}{{background:{c}}}" for k, c in C.VERDICT_COLORS.items())
-    return (CSS + colors + ".v{background:#555}td.n{text-align:right;"
+    # the grey default first: after the verdict colours it overrode every one of them
+    return (CSS + ".v{background:#555}" + colors + "td.n{text-align:right;"
             "font-variant-numeric:tabular-nums}" + TRANSCRIPT_CSS)
 
 

@@ -93,6 +93,10 @@ SEGMENT_COLORS: Mapping[str, str] = {
     **{f"tool: {k}": v for k, v in EFFECT_COLORS.items()},
 }
 _FAILED_STATUS = ("run.failed", "run.error")
+TOKEN_GROUPS = ("token_budget_exceeded", "over budget", "≥ 90 % of budget", "within budget",
+                "no budget")
+"""How a run drawn in the token budget chart ends against its ``max_total_tokens``."""
+TOKEN_GROUP_COLORS = ("#d62728", "#ff7f0e", "#e6b800", "#4c78a8", "#9e9e9e")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -106,15 +110,53 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def _values(df: pl.DataFrame) -> alt.Data:
-    """Inline a (small, already reduced) frame as Vega-Lite ``values``.
+class _Rows:
+    """Rows already in JSON form, handed to altair as one opaque value.
 
-    The rows are a tuple, not a list: altair deep-copies lists and dicts inside a chart every
-    time a chart is derived from it (``encode``, ``properties``, ``layer``, ...), which cost
-    seconds per report at 2,000 runs; a tuple is kept by reference and serialised once.
+    altair deep-copies lists and dicts inside a chart every time a chart is derived from it
+    (``encode``, ``properties``, ``layer``, ...), and its ``to_dict`` walks every cell of a
+    list with a slow protocol check per value (seconds per report at 10,000 runs). An object
+    with ``to_dict`` and ``_schema`` (altair's ``SchemaLike``) is kept by reference when
+    copied and serialised by one call that returns the list as it is.
+
+    >>> alt.Chart(alt.Data(values=_Rows([{"a": 1}]))).mark_point().to_dict()["data"]
+    {'values': [{'a': 1}]}
     """
-    rows = tuple({k: _jsonable(v) for k, v in r.items()} for r in df.iter_rows(named=True))
-    return alt.Data(values=rows)
+
+    _schema: Mapping[str, Any] = {"type": "array"}
+    __slots__ = ("_digest", "rows")
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+        self._digest: str | None = None
+
+    def __repr__(self) -> str:
+        # altair names a view by hashing its data's text: a digest of the rows keeps the
+        # names the same from run to run (an object address would not)
+        if self._digest is None:
+            import hashlib
+
+            text = json.dumps(self.rows, sort_keys=True, default=str)
+            self._digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return f"rows:{len(self.rows)}:{self._digest}"
+
+    def to_dict(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        return self.rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Any:
+        return iter(self.rows)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.rows[i]
+
+
+def _values(df: pl.DataFrame) -> alt.Data:
+    """Inline a (small, already reduced) frame as Vega-Lite ``values`` (see :class:`_Rows`)."""
+    rows = [{k: _jsonable(v) for k, v in r.items()} for r in df.iter_rows(named=True)]
+    return alt.Data(values=_Rows(rows))
 
 
 def _has(df: pl.DataFrame | None, *cols: str) -> bool:
@@ -141,32 +183,38 @@ def _title(text: str, shown: int, total: int, unit: str = "runs") -> alt.TitlePa
     return alt.TitleParams(text=text, subtitle=sub, anchor="start")
 
 
+_TASK_COLS = ("task_kind", "instruction_summary", "repository")
+
+
 def run_labels(runs: pl.DataFrame) -> pl.DataFrame:
-    """Short, readable, unique display labels per ``run_dir`` (never the path itself).
+    """Short, readable, unique display labels per ``run_dir`` (never the path itself): the
+    run id's first 8 characters, then what the run was.
 
     Args:
         runs: a frame with ``run_dir`` and ``run_id``; when it also has a task column
-            (``task_kind``, ``instruction_summary`` or ``repository``), ``terminal_reason``
-            or ``started_at``, the label says what the run was and when it started.
+            (``task_kind``, ``instruction_summary`` cut to 24 characters, or ``repository``'s
+            last part), that follows the id; else the ``terminal_reason`` (or the ``kind``
+            of a run that is not native, or ``unfinished``).
 
     Returns:
-        ``run_dir``, ``run_id`` and ``run`` (the label), made unique with ``#n``. Without
-        those columns the label is the run id cut to 14 characters. The full id belongs in
-        tooltips.
+        ``run_dir``, ``run_id`` and ``run`` (the label), made unique with ``#n``. The id
+        comes first so that runs of one task (whose instructions read alike) still differ;
+        the full id belongs in tooltips.
 
     >>> import polars as pl
     >>> f = pl.DataFrame({"run_dir": ["x/a", "y/a", "z"], "run_id": ["a", "a", None]})
     >>> run_labels(f)["run"].to_list()
     ['a', 'a#2', 'z']
-    >>> from datetime import datetime, timezone
-    >>> g = f.with_columns(pl.lit("verified").alias("terminal_reason"),
-    ...                    pl.lit(datetime(2026, 8, 3, 9, 5, tzinfo=timezone.utc))
-    ...                    .alias("started_at"))
+    >>> g = pl.DataFrame({"run_dir": ["p", "q"], "run_id": ["3e1bd05e00d3", "91c0aa2f7b"],
+    ...                   "instruction_summary": ["Fix the calculator bug so that it adds"] * 2,
+    ...                   "terminal_reason": ["verified", None]})
     >>> run_labels(g)["run"].to_list()
-    ['verified · 08-03 09:05', 'verified · 08-03 09:05#2', 'verified · 08-03 09:05#3']
+    ['3e1bd05e Fix the calculator bug …', '91c0aa2f Fix the calculator bug …']
+    >>> run_labels(g.drop("instruction_summary"))["run"].to_list()
+    ['3e1bd05e verified', '91c0aa2f unfinished']
     """
     extra = [c for c in ("task_kind", "instruction_summary", "repository", "terminal_reason",
-                         "kind", "started_at") if c in runs.columns]
+                         "kind") if c in runs.columns]
     base = runs.select(
         "run_dir",
         pl.col("run_id") if "run_id" in runs.columns else pl.lit(None, pl.Utf8).alias("run_id"),
@@ -174,13 +222,16 @@ def run_labels(runs: pl.DataFrame) -> pl.DataFrame:
     ).unique("run_dir", keep="first", maintain_order=True)
     ident = (pl.coalesce(pl.col("run_id"),
                          pl.col("run_dir").map_elements(os.path.basename, return_dtype=pl.Utf8))
-             .fill_null("?"))
-    ident = pl.when(ident.str.len_chars() > 14).then(ident.str.slice(0, 13) + "…").otherwise(ident)
+             .fill_null("?").str.slice(0, 8))
     what: pl.Expr | None = None
-    for c in ("task_kind", "instruction_summary", "repository"):
+    for c in _TASK_COLS:
         if c in base.columns:
-            e = pl.col(c).cast(pl.Utf8)
-            e = e.str.replace(r".*/", "") if c == "repository" else e.str.slice(0, 28)
+            e = pl.col(c).cast(pl.Utf8).str.strip_chars()
+            if c == "repository":
+                e = e.str.replace(r".*/", "")
+            else:
+                e = pl.when(e.str.len_chars() > 24).then(e.str.slice(0, 23) + "…").otherwise(e)
+            e = e.replace("", None)
             what = e if what is None else pl.coalesce(what, e)
     if "terminal_reason" in base.columns:
         reason = pl.col("terminal_reason").cast(pl.Utf8)
@@ -188,22 +239,21 @@ def run_labels(runs: pl.DataFrame) -> pl.DataFrame:
             reason = pl.coalesce(reason, pl.when(pl.col("kind") != "native")
                                  .then(pl.col("kind")))
         reason = reason.fill_null("unfinished")
-        what = reason if what is None else pl.concat_str(
-            [what, reason], separator=" ", ignore_nulls=True)
-    when = (pl.col("started_at").dt.strftime("%m-%d %H:%M") if "started_at" in base.columns
-            else None)
-    if what is None and when is None:
-        short = ident
-    else:
-        parts = [e for e in (what, when) if e is not None]
-        short = pl.coalesce(pl.concat_str(parts, separator=" · ", ignore_nulls=True)
-                            .replace("", None), ident)
+        what = reason if what is None else pl.coalesce(what, reason)
+    short = ident if what is None else pl.concat_str([ident, what], separator=" ",
+                                                     ignore_nulls=True)
     base = base.with_columns(short.alias("_s"))
     base = base.with_columns(pl.int_range(pl.len()).over("_s").alias("_n"))
     return base.select(
         "run_dir", "run_id",
         pl.when(pl.col("_n") == 0).then(pl.col("_s"))
         .otherwise(pl.col("_s") + "#" + (pl.col("_n") + 1).cast(pl.Utf8)).alias("run"))
+
+
+def _task_cols(runs: pl.DataFrame) -> list[str]:
+    """The task columns :func:`run_labels` reads that ``runs`` has (kept in a chart's own
+    per-run frame so its labels say the task)."""
+    return [c for c in _TASK_COLS if c in runs.columns]
 
 
 def pick_runs(runs: pl.DataFrame, limit: int, *, prefer: pl.Expr | None = None,
@@ -356,11 +406,12 @@ def fleet_overview(runs: pl.DataFrame, *, max_points: int = CAPS["fleet_points"]
     pts = pts.join(run_labels(pts), on="run_dir", how="left", suffix="_l").select(
         "run", pl.col("run_id"), "verdict", "kind", "terminal_reason", "step", "total_tokens",
         pl.col("wall_s").round(2), wall_bin.alias("b"))
-    why = (f"{left_out} run(s) without steps or tokens left out (no readable log, or "
-           "tokens the log cannot hold and no file that has them)") if left_out else None
+    # two subtitle lines, not one: a long line widened the chart past its card at 1,024 px
+    why = [f"{left_out} run(s) without steps or tokens left out (no readable log,",
+           "or tokens the log cannot hold and no file that has them)"] if left_out else []
     c_scatter = (alt.Chart(_values(pts), title=alt.TitleParams(
         "Steps, tokens and time per run",
-        subtitle=[_title("", pts.height, plotted.height).subtitle, *([why] if why else []),
+        subtitle=[_title("", pts.height, plotted.height).subtitle, *why,
                   "click a wall-time bin (right) or a verdict to pick its runs"],
         anchor="start"))
                  .mark_circle(stroke="#333", strokeWidth=0.3)
@@ -1141,7 +1192,8 @@ def wall_time_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                     _col(runs, "terminal_reason", pl.Utf8).alias("terminal_reason"),
                     _col(runs, "kind", pl.Utf8).alias("kind"),
                     _col(runs, "active_wall_time_seconds", pl.Float64).alias("charged_s"),
-                    _col(runs, "wall_time_seconds", pl.Float64).alias("budget_s"))
+                    _col(runs, "wall_time_seconds", pl.Float64).alias("budget_s"),
+                    *_task_cols(runs))
     wait = pl.DataFrame(schema={"run_dir": pl.Utf8, "approval_s": pl.Float64,
                                 "downtime_s": pl.Float64, "charged_state_s": pl.Float64,
                                 "waits_charged": pl.Boolean})
@@ -1399,7 +1451,8 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                     _col(runs, "verdict", pl.Utf8).alias("verdict"),
                     _col(runs, "terminal_reason", pl.Utf8).alias("terminal_reason"),
                     _col(runs, "max_total_tokens", pl.Int64).alias("budget"),
-                    _col(runs, "total_tokens", pl.Int64).alias("total_tokens"))
+                    _col(runs, "total_tokens", pl.Int64).alias("total_tokens"),
+                    *_task_cols(runs))
     comp = pl.DataFrame(schema={"run_dir": pl.Utf8, "sequence": pl.Int64})
     if _has(events, "run_dir", "event_type", "sequence"):
         assert events is not None
@@ -1419,19 +1472,33 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
                         descending=[True, True, True, True, False], nulls_last=True)
               .head(max_runs).drop("_frac"))
     chosen = chosen.join(run_labels(chosen), on="run_dir", how="left", suffix="_l")
+    # One colour per way a run ends against its budget, not one per run: forty runs in
+    # forty colours drew forty look-alike lines and a forty-entry legend. Which run a line
+    # is: its tooltip, and a click follows it (focus_run) through every chart.
+    frac = pl.col("total_tokens") / pl.col("budget").cast(pl.Float64)
+    chosen = chosen.with_columns(
+        pl.when(pl.col("terminal_reason") == "token_budget_exceeded")
+        .then(pl.lit(TOKEN_GROUPS[0]))
+        .when(frac > 1).then(pl.lit(TOKEN_GROUPS[1]))
+        .when(frac >= 0.9).then(pl.lit(TOKEN_GROUPS[2]))
+        .when(frac.is_not_null()).then(pl.lit(TOKEN_GROUPS[3]))
+        .otherwise(pl.lit(TOKEN_GROUPS[4])).alias("group"))
     line_df = _downsample(cum.join(chosen.select("run_dir"), on="run_dir", how="semi"),
                           max_points)
-    line_df = line_df.join(chosen.select("run_dir", "run", "run_id", "budget"), on="run_dir",
-                           how="left").drop("run_dir")
+    line_df = line_df.join(chosen.select("run_dir", "run", "run_id", "budget", "group"),
+                           on="run_dir", how="left").drop("run_dir")
     comp_pts = (comp.join(chosen.select("run_dir", "run", "run_id"), on="run_dir", how="inner")
                 .sort("run_dir", "sequence")
                 .join_asof(cum_all.select("run_dir", "sequence", "tokens")
                            .sort("run_dir", "sequence"), on="sequence", by="run_dir",
                            check_sortedness=False)
                 .drop("run_dir"))
-    budgets = chosen.filter(pl.col("budget").is_not_null()).select("run", "run_id", "budget")
-    sel = alt.selection_point(fields=["run"], bind="legend", name="token_run")
-    color = alt.Color("run:N", title="run", legend=_legend("run (click)", orient="bottom", columns=2))
+    budgets = chosen.filter(pl.col("budget").is_not_null()).select("run", "run_id", "budget",
+                                                                    "group")
+    sel = alt.selection_point(fields=["group"], bind="legend", name="token_run")
+    color = alt.Color("group:N", title="run ends", scale=alt.Scale(
+        domain=list(TOKEN_GROUPS), range=list(TOKEN_GROUP_COLORS)),
+        legend=_legend("run ends (click)", orient="bottom", columns=3))
     # Budgets that differ a lot (200k next to 5M) would flatten every line: then draw each
     # run as a fraction of its own max_total_tokens (runs without a budget are left out).
     use_frac = budgets.height > 0 and (budgets["budget"].max() or 0) > 3 * max(
@@ -1454,8 +1521,9 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
     line = alt.Chart(_values(line_df)).mark_line(interpolate="step-after").encode(
         x=alt.X("sequence:Q", title="event sequence"),
         y=y_enc,
-        color=color, opacity=alt.condition(sel, alt.value(0.9), alt.value(0.12)),
-        tooltip=["run_id:N", "sequence:Q", "event_type:N", "tokens:Q", "budget:Q"]
+        color=color, detail="run:N",
+        opacity=alt.condition(sel, alt.value(0.75), alt.value(0.08)),
+        tooltip=["run:N", "run_id:N", "sequence:Q", "event_type:N", "tokens:Q", "budget:Q"]
     ).add_params(sel)
     layers: list[Any] = [line]
     if use_frac:
@@ -1463,14 +1531,14 @@ def token_budget(*, runs: pl.DataFrame, states: pl.DataFrame | None = None,
             color="#d62728", strokeDash=[6, 3]).encode(y="y:Q"))
     elif budgets.height:
         layers.append(alt.Chart(_values(budgets)).mark_rule(strokeDash=[6, 3]).encode(
-            y=alt.Y("budget:Q"), color=alt.Color("run:N", legend=None),
+            y=alt.Y("budget:Q"), color=alt.Color("group:N", legend=None),
             opacity=alt.condition(sel, alt.value(0.9), alt.value(0.12)),
             tooltip=["run_id:N", alt.Tooltip("budget:Q", title="max_total_tokens")]))
     # The final total from session.json at the end of each line: the model call that crossed
     # the budget is charged there but has no model.completed event, so the replayed line
     # alone stops short of the budget.
     ends = (line_df.group_by("run", maintain_order=True).agg(pl.col("sequence").max())
-            .join(chosen.select("run", "run_id", "budget", "total_tokens"), on="run",
+            .join(chosen.select("run", "run_id", "budget", "total_tokens", "group"), on="run",
                   how="inner")
             .filter(pl.col("total_tokens").is_not_null()))
     if use_frac:
@@ -1634,7 +1702,8 @@ def fork_points(*, runs: pl.DataFrame, forks: pl.DataFrame | None = None,
                     _col(runs, "verdict", pl.Utf8).alias("verdict"),
                     _col(runs, "terminal_reason", pl.Utf8).alias("terminal_reason"),
                     _col(runs, "last_sequence", pl.Int64).alias("last_sequence"),
-                    _col(runs, "outcome", pl.Utf8).alias("outcome"))
+                    _col(runs, "outcome", pl.Utf8).alias("outcome"),
+                    *_task_cols(runs))
     links = pl.DataFrame(schema={"run_dir": pl.Utf8, "source_run_dir": pl.Utf8,
                                  "fork_point_sequence": pl.Int64})
     cands = pl.DataFrame(schema={"run_dir": pl.Utf8, "sequence": pl.Int64,
@@ -1979,8 +2048,8 @@ def task_kinds(*, runs: pl.DataFrame, usage: pl.DataFrame | None = None,
     order = g["group"].to_list()
     sub = [f"{r.height} runs in {g.height + cut} {label}(s)"
            + (f"; {cut} smallest group(s) not shown" if cut else ""),
-           "success = completed among ended runs (completed, failed, cancelled; crashed, "
-           "interrupted, live, fork, unreadable: not ended)"]
+           "success = completed among ended runs (completed, failed, cancelled;",
+           "crashed, interrupted, live, fork, unreadable: not ended)"]
     tip = [alt.Tooltip("group:N", title=label), "runs:Q", "finished:Q", "succeeded:Q",
            alt.Tooltip("success_rate:Q", format=".1%"),
            alt.Tooltip("median_tokens:Q", format=",.0f"),
@@ -2123,8 +2192,10 @@ def _tool_error_chart(g: pl.DataFrame, order: list[str], tip: list[Any], title: 
         x=alt.X("error_rate:Q", axis=alt.Axis(format="%"), title="share of calls not ok"),
         color=alt.Color("effect:N", scale=alt.Scale(domain=list(EFFECT_COLORS),
                                                     range=list(EFFECT_COLORS.values())),
-                        legend=_legend("effect")),
+                        legend=_legend("effect", orient="bottom", direction="horizontal")),
         tooltip=tip))
+    # the legend sits below the chart: the count labels at the bars' ends (a rate near
+    # 100 %) ran into a legend on the right
     txt = bars.mark_text(align="left", dx=3, fontSize=11).encode(
         text=alt.Text("label:N"), color=alt.value("#333")).transform_calculate(
         label="format(datum.not_ok, ',') + ' of ' + format(datum.calls, ',')")
