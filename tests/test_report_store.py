@@ -42,9 +42,6 @@ def test_store_tables_equal_the_cold_tables_on_their_columns(both):
         assert warm[name] is None and cold[name] is not None, name
     for name in set(R.REPORT_TABLES) - R.DETAIL_ONLY:
         c, w = cold[name], warm[name]
-        if name in R.DETAIL_ONLY:  # read for the run pages' runs only (warm.detail)
-            assert w is None and c is not None, name
-            continue
         assert c is not None and w is not None, name
         assert w.columns == list(R.FLEET_COLUMNS.get(name, c.columns)), name
         assert w.height == c.height > 0 or name in ("quarantine",), name
