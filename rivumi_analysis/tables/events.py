@@ -328,15 +328,6 @@ def _events_schema() -> Any:
     return pa.schema([pa.field(name, types[t]) for name, t in _ARROW_COLUMNS])
 
 
-def _events_rows(runs: Iterable[RunData]) -> pl.DataFrame:
-    """The events rows of ``runs`` (not validated), in run and file order."""
-    table = _Table()
-    for seg in _segments(runs):
-        table.add(seg)
-    pieces = table.frames()[0]
-    return _concat(pieces) if pieces else pl.DataFrame(schema=_polars_schema())
-
-
 class _Segment(NamedTuple):
     """The events of consecutive runs: the clean logs' as :class:`_Fast` buffers, the
     others' as the exact path's column lists, and the order to interleave them in."""
@@ -442,18 +433,6 @@ def _interleaved(order: list[tuple[bool, int]], fast: pl.DataFrame | None,
             pieces.append((exact if is_exact else fast).slice(at[is_exact], n))
             at[is_exact] += n
     return pieces
-
-
-def _segment_frame(seg: _Segment, run_dirs: list[str]) -> tuple[pl.DataFrame,
-                                                                 pl.DataFrame | None]:
-    """One polars frame (not validated) of a :class:`_Segment`, and its exactly-read rows
-    (a part of it, for validation). Appends the segment's run directories to ``run_dirs``."""
-    table = _Table()
-    table.add(seg)
-    pieces, exact = table.frames()
-    run_dirs.extend(table.run_dirs)
-    return (_concat(pieces) if pieces else pl.DataFrame(schema=_polars_schema()),
-            _concat(exact))
 
 
 def _concat(frames: list[pl.DataFrame]) -> Any:
