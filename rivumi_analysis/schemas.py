@@ -50,21 +50,6 @@ class _Base(pa.DataFrameModel):
         strict = True  # no undeclared columns
         coerce = False
 
-    @classmethod
-    def validate(cls, check_obj: Any, head: int | None = None, tail: int | None = None,
-                 sample: int | None = None, random_state: int | None = None,
-                 lazy: bool = False, inplace: bool = False) -> Any:
-        """pandera's ``validate``; an eager frame that passes every check in one query
-        (:func:`rivumi_analysis._fastcheck.passes`, at least as strict) is returned as it is,
-        any other goes through pandera (its result or error is the answer)."""
-        if (isinstance(check_obj, pl.DataFrame) and head is None and tail is None
-                and sample is None and not inplace):
-            from ._fastcheck import passes
-
-            if passes(cls, check_obj):
-                return check_obj
-        return super().validate(check_obj, head, tail, sample, random_state, lazy, inplace)
-
 
 # shared wording ---------------------------------------------------------------------------
 _RUN_DIR = ("The run's key: its directory as an absolute path (the source you passed, resolved, "

@@ -55,11 +55,10 @@ def empty_tables() -> dict[str, Any]:
     """Every table with no rows (the exact ``*_df`` schemas)."""
     import polars as pl
 
-    from .._plancheck import schema
+    from ..tables._common import polars_schema as schema
 
-    # the models' schemas from their committed plans (rivumi_analysis._plancheck): no pandera,
-    # and no replay engine for the states columns (replay.vectorised.STATE_COLUMNS, the same;
-    # tests/test_plancheck.py)
+    # the models' schemas (no replay engine for the states columns: replay.vectorised's
+    # STATE_COLUMNS are the same)
     return {t: pl.DataFrame(schema=schema(SPECS[t].schema)) for t in TABLES}
 
 

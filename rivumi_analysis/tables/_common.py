@@ -29,19 +29,30 @@ if TYPE_CHECKING:
 
 RAW_KEEP_BYTES = 4096
 
-# a model is a pandera model of rivumi_analysis.schemas or its class name: by name, its schema
-# and a passing frame's validation need no pandera (rivumi_analysis._plancheck; pandera and
-# pandas cost ~0.5 CPU-s to import in a fresh process, e.g. a spawned store worker)
+
+
+def _model(model: type[pa.DataFrameModel] | str) -> type[pa.DataFrameModel]:
+    """A pandera model of :mod:`rivumi_analysis.schemas`, given as it is or by class name."""
+    if isinstance(model, str):
+        from .. import schemas
+
+        return getattr(schemas, model)
+    return model
+
+
+@functools.cache
+def _polars_schema(model: type[pa.DataFrameModel]) -> tuple[tuple[str, pl.DataType], ...]:
+    return tuple((name, col.dtype.type) for name, col in model.to_schema().columns.items())
 
 
 def polars_schema(model: type[pa.DataFrameModel] | str) -> dict[str, pl.DataType]:
-    """The polars schema (column -> dtype) a pandera model declares, in declaration order
-    (a model named by its class name: from its committed plan, without pandera)."""
-    if isinstance(model, str):
-        from .._plancheck import schema
+    """The polars schema (column -> dtype) a pandera model (or its class name) declares, in
+    declaration order.
 
-        return schema(model)
-    return {name: col.dtype.type for name, col in model.to_schema().columns.items()}
+    >>> list(polars_schema("VerificationsSchema"))[:2]
+    ['run_dir', 'run_id']
+    """
+    return dict(_polars_schema(_model(model)))
 
 
 def frame(rows: list[dict[str, Any]] | dict[str, list[Any]],
@@ -114,18 +125,9 @@ def string_lists(name: str, values: list[list[str]]) -> pl.Series:
 
 
 def validate(df: pl.DataFrame, model: type[pa.DataFrameModel] | str) -> pl.DataFrame:
-    """``df`` validated by ``model``: a model named by its class name is checked by its
-    committed plan first (:func:`rivumi_analysis._plancheck.surely_valid`, no pandera); a
-    frame the plan cannot vouch for, and a model class, go to the model's ``validate``
-    (pandera, whose result or error is the answer)."""
-    if isinstance(model, str):
-        from .._plancheck import surely_valid
-
-        if surely_valid(model, df):
-            return df
-        from .. import schemas
-
-        model = getattr(schemas, model)
+    """``df`` validated by ``model`` (a pandera model or its class name): pandera's result;
+    its error becomes a :class:`~rivumi_analysis.errors.SchemaValidationError`."""
+    model = _model(model)
     import pandera.polars as pa
 
     try:
@@ -138,17 +140,10 @@ def validate(df: pl.DataFrame, model: type[pa.DataFrameModel] | str) -> pl.DataF
 
 
 def validate_table(df: pl.DataFrame, model: str, table: str) -> pl.DataFrame:
-    """``df`` checked by the committed plan of the model named ``model`` (no pandera for a
-    passing frame), else by the model's own non-lazy ``validate``, whose error becomes a
-    ``SchemaValidationError`` ``"<table> failed <model>: ..."`` (the replay tables' check)."""
-    from .._plancheck import surely_valid
-
-    if surely_valid(model, df):
-        return df
-    from .. import schemas
-
+    """``df`` validated by the model named ``model`` (pandera, not lazy), whose error becomes
+    a ``SchemaValidationError`` ``"<table> failed <model>: ..."`` (the replay tables' check)."""
     try:
-        return getattr(schemas, model).validate(df)
+        return _model(model).validate(df)
     except Exception as exc:  # pandera raises its own error types
         raise SchemaValidationError(f"{table} failed {model}: {exc}") from exc
 
