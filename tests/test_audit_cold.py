@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import rivumi_analysis.read.cache as C
 import rivumi_analysis.read.snapshot as S
 from rivumi_analysis.audit import audit
-from tests.conftest import SAMPLE_RUNS
+from tests.conftest import SAMPLE_RUNS, examples
 
 EXAMPLE = Path(__file__).parent / "fixtures" / "example" / "a66038f97f204cb3aaa96339f195c37e"
 
@@ -144,7 +144,7 @@ _JSON = st.recursive(
     max_leaves=20)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(runs=st.lists(st.dictionaries(st.text(max_size=8), _JSON, max_size=5), max_size=3),
        path=st.text())
 def test_json_text_is_json_dumps(runs: list, path: str) -> None:

@@ -24,7 +24,7 @@ from rivumi_analysis.read.snapshot import (
     fast_lines_and_events,
 )
 from rivumi_analysis.tables.events import events_df
-from tests.conftest import SAMPLE_RUNS, example_events
+from tests.conftest import SAMPLE_RUNS, example_events, examples
 
 LINES = example_events().splitlines(keepends=True)
 
@@ -233,7 +233,7 @@ def _mutate(name: str, line: bytes) -> bytes:
 _MUTATION = st.one_of(st.just("none"), st.sampled_from(sorted(MUTATIONS)))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(0, len(LINES) - 1), _MUTATION),
                 min_size=1, max_size=8),
        _MUTATION, st.booleans())

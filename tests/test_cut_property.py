@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from rivumi_analysis.errors import VERDICTS
 from rivumi_analysis.read.snapshot import read_run
 from rivumi_analysis.resume import decide
-from tests.conftest import SAMPLE_RUNS, dumps, example_events, running_manifest
+from tests.conftest import SAMPLE_RUNS, dumps, example_events, examples, running_manifest
 
 
 def _check(run_dir: Path, cut: bytes) -> None:
@@ -56,7 +56,7 @@ def _sample_logs() -> list[Path]:
                   and not p.is_symlink())[:12] if SAMPLE_RUNS.is_dir() else []
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data())
 def test_sampled_cuts_of_sample_runs(tmp_path_factory, data) -> None:
     logs = _sample_logs() or [None]

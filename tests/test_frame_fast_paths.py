@@ -26,6 +26,7 @@ from polars.testing import assert_frame_equal
 from rivumi_analysis.read.decode import _without_lone_surrogates
 from rivumi_analysis.tables._common import rows_frame
 from rivumi_analysis.tables.drift import _SCHEMA, drift_of_rows
+from tests.conftest import examples
 
 _TEXT = st.text(max_size=6)  # any code point, lone surrogates included
 _SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), _TEXT,
@@ -50,7 +51,7 @@ def _reference(rows: list[dict[str, Any]], schema: dict[str, Any], strict: bool)
         return pl.DataFrame(_without_lone_surrogates(rows), schema=schema, strict=strict)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(_ROW, max_size=6), st.booleans())
 def test_rows_frame_string_lists_equal_polars_own_frame(rows: list[dict[str, Any]],
                                                         strict: bool) -> None:
@@ -189,7 +190,7 @@ def _drift_facts(**kw: Any) -> Any:
     return DriftFacts(**kw)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_MAN, _FACTS)
 def test_drift_rows_equal_the_dict_formulation(man: Any, facts: Any) -> None:
     from rivumi_analysis.tables.drift import _SCHEMA as names

@@ -25,6 +25,7 @@ from rivumi_analysis.tables import states as states_mod
 from rivumi_analysis.tables.drift import _naive_guard, drift_frame
 from rivumi_analysis.tables.replayed import replay_tables
 from rivumi_analysis.tables.states import replay_run, states_df
+from tests.conftest import examples
 from tests.test_replay_helpers import RUN_ID, manifest, stamp
 from tests.test_states_vec import _assert_same
 
@@ -51,7 +52,7 @@ _op = st.one_of(st.tuples(st.just("call"), st.integers(0, 3)),
                 st.just(("run.completed",)))
 _run = st.tuples(st.lists(_call, min_size=1, max_size=4), st.lists(_op, max_size=12),
                  st.booleans())
-_SETTINGS = settings(max_examples=120, deadline=None,
+_SETTINGS = settings(max_examples=examples(120), deadline=None,
                      suppress_health_check=[HealthCheck.function_scoped_fixture,
                                             HealthCheck.too_slow])
 

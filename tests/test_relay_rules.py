@@ -19,6 +19,7 @@ from rivumi_analysis.relay.rules import Context, Spec, State, fold_entries, step
 from rivumi_analysis.synth import relay_scenarios as S
 from rivumi_analysis.synth.relay_crash import CUTS
 from rivumi_analysis.synth.relayflowd import JournalWriter, Refused
+from tests.conftest import examples
 
 from .relay_helpers import only, rules, snapshot
 
@@ -221,7 +222,7 @@ def exchange(crashes):
     return _envs(crashes["delivery"]["resumed"])
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_refused_entries_change_nothing(exchange, seed):
     envs = _mutate(exchange, random.Random(seed))
@@ -239,7 +240,7 @@ def test_refused_entries_change_nothing(exchange, seed):
     assert all(v.seq in {e.seq for e in envs} for v in fold.violations)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(ops=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 30)), max_size=40))
 def test_grow_versions_behave_like_copied_dicts(ops):
     from rivumi_analysis.relay.rules import Grow

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from rivumi_analysis import replay_view
 from rivumi_analysis.errors import ReplayRefused
 from rivumi_analysis.replay import runner as replay
+from tests.conftest import examples
 
 SPEC = Path(__file__).resolve().parent / "fixtures"  # copies of ../shared/spec (see fixtures/README.md)
 EXAMPLE = SPEC / "example" / "a66038f97f204cb3aaa96339f195c37e"
@@ -227,7 +228,7 @@ def test_prefix_replay_is_prefix_of_full(k):
 
 
 @given(st.integers(min_value=0, max_value=len(EXAMPLE_BYTES)))
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 def test_byte_cuts_never_crash(cut):
     try:
         state = replay.replay_bytes(EXAMPLE_BYTES[:cut])
@@ -246,7 +247,7 @@ _json_values = st.recursive(
 
 
 @given(st.lists(_json_values, max_size=6), st.binary(max_size=20))
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 def test_arbitrary_input_only_refuses(values, junk):
     lines = [json.dumps(v).encode() for v in values]
     data = b"\n".join(lines) + b"\n" + junk
@@ -295,7 +296,7 @@ def _outcome(fn):
 
 @given(st.sampled_from(REFUSALS + ACCEPTS + ["__example__"]), st.lists(st.integers(1, 70000),
                                                                        max_size=6))
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 def test_streaming_chunks_match_whole_bytes(name, cuts):
     path = EXAMPLE if name == "__example__" else FIXTURES / name
     data = (path / "events.jsonl").read_bytes()

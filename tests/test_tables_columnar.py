@@ -26,7 +26,7 @@ from rivumi_analysis.read import columnar as _columnar
 from rivumi_analysis.read.snapshot import load_fleet
 from rivumi_analysis.tables import _common
 from rivumi_analysis.tables.states import states_df
-from tests.conftest import SAMPLE_RUNS
+from tests.conftest import SAMPLE_RUNS, examples
 from tests.test_columnar import LINES, MUTATIONS, _mutate
 from tests.test_replay_helpers import manifest
 
@@ -184,7 +184,7 @@ def _write(tmp: Path, log: bytes) -> str:
 _MUTATION = st.one_of(st.just("none"), st.sampled_from(sorted(MUTATIONS)))
 
 
-@settings(max_examples=400, deadline=None,
+@settings(max_examples=examples(400), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, len(LINES) - 1), _MUTATION), min_size=1, max_size=12))
 def test_generated_logs(tmp_path: Path, picks: list[tuple[int, str]]) -> None:
@@ -356,7 +356,7 @@ def test_a_timestamp_arrow_refuses_reads_the_segment_exactly(
     assert len(calls) > 2
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.text(alphabet=st.sampled_from(
     ["a", "Z", "0", "~", "!", " ", "\n", "\t", "\x7f", "\x00", "é", "\u2028", '"', "\\"]),
     max_size=4), max_size=4))
@@ -432,7 +432,7 @@ def test_a_buffer_that_cannot_be_shared_stays_in_the_message(tmp_path: Path) -> 
     assert not list(tmp_path.iterdir())  # mapped, and its name removed
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.datetimes(min_value=__import__("datetime").datetime(1, 1, 1),
                     max_value=__import__("datetime").datetime(9999, 12, 31, 23, 59, 59,
                                                               999999)),
