@@ -21,6 +21,7 @@ import pandera.polars as pa
 import polars as pl
 from pandera.typing.polars import Series  # noqa: F401  (re-exported for users' own models)
 
+from .checks import frame_check
 from .errors import (
     OUTCOMES,
     QUARANTINE_REASONS,
@@ -343,8 +344,7 @@ class EventsSchema(_Base):
     @pa.dataframe_check
     def key_unique(cls, data: pa.PolarsData) -> pl.LazyFrame:
         """(run_dir, line_no) identifies an event."""
-        return data.lazyframe.select(
-            ~pl.struct("run_dir", "line_no").is_duplicated().alias("key_unique"))
+        return frame_check("key_unique", data.lazyframe)
 
 
 class QuarantineSchema(_Base):
@@ -854,8 +854,7 @@ class StatesSchema(_Base):
     @pa.dataframe_check
     def key_unique(cls, data: pa.PolarsData) -> pl.LazyFrame:
         """(run_dir, line_no) identifies a row."""
-        return data.lazyframe.select(
-            ~pl.struct("run_dir", "line_no").is_duplicated().alias("key_unique"))
+        return frame_check("key_unique", data.lazyframe)
 
 
 class DriftSchema(_Base):
@@ -878,9 +877,7 @@ class DriftSchema(_Base):
     @pa.dataframe_check
     def unexplained_means_no_rule(cls, data: pa.PolarsData) -> pl.LazyFrame:
         """``unexplained`` iff the values differ and no rule explains it."""
-        return data.lazyframe.select(
-            (pl.col("unexplained") == (~pl.col("matches") & pl.col("explanation").is_null()))
-            .alias("unexplained_means_no_rule"))
+        return frame_check("unexplained_means_no_rule", data.lazyframe)
 
 
 class ForksSchema(_Base):

@@ -211,6 +211,7 @@ def test_audit_manifest_on_every_sample_manifest_and_near_misses() -> None:
     assert nested > 3
 
 
+@pytest.mark.differential
 @pytest.mark.parametrize("index", [0, 1, 2])
 def test_audit_manifest_on_generated_mutations(index: int) -> None:
     """The twin's mutation set (types, missing/extra keys at every level, ranges, NaN and
@@ -273,6 +274,7 @@ def test_whole_manifest_on_every_sample_manifest_and_near_misses() -> None:
         assert S.whole_manifest(S.FileRead(status)) == (None, None, None)
 
 
+@pytest.mark.differential
 @pytest.mark.parametrize("index", [0, 1, 2])
 def test_whole_manifest_on_generated_mutations(index: int) -> None:
     """The twin's mutation set (types, missing and extra keys at every level, ranges, NaN

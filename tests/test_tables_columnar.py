@@ -432,6 +432,25 @@ def test_a_buffer_that_cannot_be_shared_stays_in_the_message(tmp_path: Path) -> 
     assert not list(tmp_path.iterdir())  # mapped, and its name removed
 
 
+def test_an_events_load_imports_no_pandera(corpus: str, tmp_path: Path) -> None:
+    """A load whose exactly-read rows the check plan (``rivumi_analysis.checks``) passes never
+    imports pandera (nor pandas): a fresh process, a corpus with a torn tail (read exactly)."""
+    import shutil
+    import subprocess
+    import sys
+
+    copy = tmp_path / "runs"
+    shutil.copytree(corpus, copy)
+    log = sorted(copy.glob("*/events.jsonl"))[0]
+    log.write_bytes(log.read_bytes() + b'{"torn')
+    code = ("import sys; from rivumi_analysis.tables.events import events_df; "
+            f"df = events_df({str(copy)!r}); "
+            "print(df.height, 'pandera' in sys.modules, 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert int(out[0]) > 0 and out[1:] == ["False", "False"]
+
+
 @settings(max_examples=examples(300), deadline=None)
 @given(st.datetimes(min_value=__import__("datetime").datetime(1, 1, 1),
                     max_value=__import__("datetime").datetime(9999, 12, 31, 23, 59, 59,

@@ -30,29 +30,32 @@ if TYPE_CHECKING:
 RAW_KEEP_BYTES = 4096
 
 
+# a model is a pandera model of rivumi_analysis.schemas or its class name: a model's schema, and
+# the validation of a frame its check plan passes, need no pandera (rivumi_analysis.checks)
+
 
 def _model(model: type[pa.DataFrameModel] | str) -> type[pa.DataFrameModel]:
-    """A pandera model of :mod:`rivumi_analysis.schemas`, given as it is or by class name."""
+    """A pandera model of :mod:`rivumi_analysis.schemas`, given as it is or by class name
+    (None for a name that is not one)."""
     if isinstance(model, str):
         from .. import schemas
 
-        return getattr(schemas, model)
+        return getattr(schemas, model, None)
     return model
-
-
-@functools.cache
-def _polars_schema(model: type[pa.DataFrameModel]) -> tuple[tuple[str, pl.DataType], ...]:
-    return tuple((name, col.dtype.type) for name, col in model.to_schema().columns.items())
 
 
 def polars_schema(model: type[pa.DataFrameModel] | str) -> dict[str, pl.DataType]:
     """The polars schema (column -> dtype) a pandera model (or its class name) declares, in
-    declaration order.
+    declaration order (by name: from its check plan, without pandera).
 
     >>> list(polars_schema("VerificationsSchema"))[:2]
     ['run_dir', 'run_id']
     """
-    return dict(_polars_schema(_model(model)))
+    if isinstance(model, str):
+        from ..checks import schema
+
+        return schema(model)
+    return {name: col.dtype.type for name, col in model.to_schema().columns.items()}
 
 
 def frame(rows: list[dict[str, Any]] | dict[str, list[Any]],
@@ -125,8 +128,15 @@ def string_lists(name: str, values: list[list[str]]) -> pl.Series:
 
 
 def validate(df: pl.DataFrame, model: type[pa.DataFrameModel] | str) -> pl.DataFrame:
-    """``df`` validated by ``model`` (a pandera model or its class name): pandera's result;
-    its error becomes a :class:`~rivumi_analysis.errors.SchemaValidationError`."""
+    """``df`` validated by ``model`` (a pandera model or its class name): a frame its check
+    plan passes (:func:`rivumi_analysis.checks.surely_valid`, no pandera) as it is, any other
+    by pandera, whose result or error (as a
+    :class:`~rivumi_analysis.errors.SchemaValidationError`) is the answer."""
+    from ..checks import surely_valid
+
+    name = model if isinstance(model, str) else model.__name__
+    if (isinstance(model, str) or _model(name) is model) and surely_valid(name, df):
+        return df
     model = _model(model)
     import pandera.polars as pa
 
@@ -140,8 +150,13 @@ def validate(df: pl.DataFrame, model: type[pa.DataFrameModel] | str) -> pl.DataF
 
 
 def validate_table(df: pl.DataFrame, model: str, table: str) -> pl.DataFrame:
-    """``df`` validated by the model named ``model`` (pandera, not lazy), whose error becomes
-    a ``SchemaValidationError`` ``"<table> failed <model>: ..."`` (the replay tables' check)."""
+    """``df`` checked by the plan of the model named ``model`` (no pandera for a passing
+    frame), else by the model's own non-lazy ``validate``, whose error becomes a
+    ``SchemaValidationError`` ``"<table> failed <model>: ..."`` (the replay tables' check)."""
+    from ..checks import surely_valid
+
+    if surely_valid(model, df):
+        return df
     try:
         return _model(model).validate(df)
     except Exception as exc:  # pandera raises its own error types
