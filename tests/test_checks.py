@@ -149,6 +149,7 @@ def _with_value(df: pl.DataFrame, col: str, row: int, value: object) -> pl.DataF
     return df.with_columns(pl.Series(col, vals, dtype=df.schema[col]))
 
 
+@pytest.mark.differential
 def test_mutations_are_judged_alike(tables: dict[str, pl.DataFrame]) -> None:
     judged = rejected = 0
     for name, full in tables.items():
@@ -164,6 +165,7 @@ def test_mutations_are_judged_alike(tables: dict[str, pl.DataFrame]) -> None:
     assert judged > 280 and rejected > 200, (judged, rejected)  # they do break things
 
 
+@pytest.mark.differential
 def test_shape_changes_and_duplicate_keys_are_rejected(tables: dict[str, pl.DataFrame]) -> None:
     for name, full in tables.items():
         model = MODELS[name]
