@@ -258,6 +258,7 @@ def test_generated_logs(picks: list[tuple[int, str]], tail_mutation: str, renumb
 _GENERATED = {"examples": 0, "taken": 0, "taken_multi": 0}
 
 
+@pytest.mark.slow  # statistics over test_generated_logs' 400 examples (not the dev profile's)
 def test_generated_logs_often_take_the_fast_path() -> None:
     """Without this, test_generated_logs would pass with the fast path never taken. Runs
     took it on 62-116 of 400 logs (17 runs, session 9; most logs carry a mutation that

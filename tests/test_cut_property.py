@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,6 +42,7 @@ def _check(run_dir: Path, cut: bytes) -> None:
                           if ln.status == "quarantined" else b"")
 
 
+@pytest.mark.differential
 def test_every_byte_cut_of_a_small_real_log(tmp_path: Path) -> None:
     # the first 12 events of the runner's own example (one full tool call), every offset
     data = b"".join(example_events().splitlines(keepends=True)[:12])

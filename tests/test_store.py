@@ -66,6 +66,7 @@ def _runs(src: Path, group: str) -> list[Path]:
     return sorted(p for p in (src / group).iterdir() if p.is_dir())
 
 
+@pytest.mark.slow
 def test_warm_equals_cold_after_every_kind_of_change(fleet: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
     assert_warm_equals_cold(fleet, store)
@@ -524,6 +525,7 @@ def _torn(run: Path) -> bytes:
     return line
 
 
+@pytest.mark.slow
 def test_grown_log_is_decoded_from_its_first_incomplete_line(small_fleet: Path,
                                                              tmp_path: Path) -> None:
     store = tmp_path / "store"
@@ -561,6 +563,7 @@ def test_grown_log_is_decoded_from_its_first_incomplete_line(small_fleet: Path,
     assert_warm_equals_cold(small_fleet, store)
 
 
+@pytest.mark.slow
 def test_append_completing_a_torn_tail_and_one_that_stays_torn(small_fleet: Path,
                                                                tmp_path: Path) -> None:
     store = tmp_path / "store"
@@ -588,6 +591,7 @@ def test_append_completing_a_torn_tail_and_one_that_stays_torn(small_fleet: Path
     assert_warm_equals_cold(small_fleet, store)
 
 
+@pytest.mark.slow
 def test_prefix_that_no_longer_matches_falls_back_to_a_full_read(small_fleet: Path,
                                                                  tmp_path: Path) -> None:
     store = tmp_path / "store"
@@ -797,6 +801,7 @@ def test_a_spawned_worker_builds_a_chunk_without_pandera_or_pandas(fleet: Path, 
         assert got.height == want[t].height, t
 
 
+@pytest.mark.slow
 def test_a_large_first_build_starts_its_workers_before_the_stat_pass(
         fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A first build big enough for worker processes starts them before the stat pass (their
@@ -827,6 +832,7 @@ def test_a_large_first_build_starts_its_workers_before_the_stat_pass(
     assert len(started) > 1 and all(p is None for p in started[1:])
 
 
+@pytest.mark.slow
 def test_store_workers_keep_the_pages_polars_frees(monkeypatch: pytest.MonkeyPatch) -> None:
     """A spawned store worker is set up before it imports polars: polars' jemalloc keeps the
     pages a chunk frees for the next one (``store.core.WORKER_MALLOC_CONF``, last in

@@ -76,6 +76,7 @@ def _rewrite_json(path: Path, **changes: Any) -> None:
     path.write_text(json.dumps(doc))
 
 
+@pytest.mark.slow
 def test_every_change_to_a_light_file_is_seen(fleet: Path, tmp_path: Path,
                                               refreshes: list[Any]) -> None:
     store = tmp_path / "store"

@@ -197,6 +197,7 @@ def test_generated_logs(tmp_path: Path, picks: list[tuple[int, str]]) -> None:
     assert_frame_equal(states_df(source), states_df(source, engine="reference"))
 
 
+@pytest.mark.differential
 def test_every_newline_cut_of_the_example() -> None:
     """Every table at every newline cut of the shared example (the cuts
     ``test_columnar.test_every_byte_cut_of_the_example`` and
