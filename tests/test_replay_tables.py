@@ -303,6 +303,7 @@ def _clean_reads(source: str) -> list[Any]:
     return [read_for_tables(loc) for loc in discover(source).runs]
 
 
+@pytest.mark.corpus
 def test_columns_taken_from_the_events_table_of_clean_reads(tmp_path):
     """``replay_tables(runs, events=...)`` (the store's clean reads) equals the tables
     derived without it and the reference, also when the events rows do not cover a run whole

@@ -117,6 +117,7 @@ def test_warm_equals_cold_after_every_kind_of_change(fleet: Path, tmp_path: Path
     assert Store(store).manifest().runs[str(a)]["writer_active"] is False
 
 
+@pytest.mark.slow
 def test_a_lock_taken_without_a_write_is_seen_by_the_stat_pass(fleet: Path,
                                                                 tmp_path: Path) -> None:
     """Only the held-lock bit of the fingerprint changes (the lock file is not written): the
@@ -185,6 +186,7 @@ def test_scans_push_down_and_match_the_table(fleet: Path, tmp_path: Path) -> Non
         assert scanned.schema == getattr(ra, f"{t}_df")(str(fleet), cache=False).schema, t
 
 
+@pytest.mark.slow
 def test_superseded_rows_never_show_and_compaction_keeps_tables(fleet: Path, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:

@@ -88,6 +88,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(out)
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("engine", ["auto", "exact"])
 def test_generated_corpus_in_a_pool_and_in_process(corpus: str, engine: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
