@@ -2,7 +2,8 @@
 
 Written to decide whether a pandera-free validation may stay: A is the working tree, where a
 frame its model's check plan passes (``rivumi_analysis.checks``) needs no pandera, B a revision
-where pandera validates every frame (``--b 7a454ac``: the shortcuts deleted). Any revision pair
+where pandera validates every frame (``--b`` the commit "One validation path: pandera
+validates every frame": the shortcuts deleted). Any revision pair
 works (``--a REV --b REV``). Each measurement runs in a fresh child process (imports included:
 pandera's costs a fresh process 0.2-0.5 CPU-s), A and B alternating, on a generated corpus,
 with the revision's tree first on ``PYTHONPATH``:
