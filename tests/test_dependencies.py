@@ -1,6 +1,6 @@
 """Every package the code imports is declared in pyproject.toml: the package's in the core
-dependencies (the ``ray`` extra for the Ray engine), the tests' in the core, ``dev`` or
-``notebooks`` dependencies. A clean install (no extras) must run the package:
+dependencies (an extra only for the Ray engine and the OpenTelemetry export), the tests' in
+the core dependencies or the extras the dev setup installs. A clean install (no extras) must run the package:
 ``scripts/clean_install.sh`` runs its main commands that way in CI."""
 
 from __future__ import annotations
@@ -54,22 +54,32 @@ def _undeclared(folder: str, allowed: set[str]) -> dict[str, list[str]]:
     return missing
 
 
+EXTRAS = PROJECT["optional-dependencies"]
+# the extras the package imports, and the only places that may import them (lazily)
+EXTRA_USERS = {"ray": ("rivumi_analysis/distributed/",),
+               "otel": ("rivumi_analysis/otel.py", "rivumi_analysis/cli.py")}
+
+
 def test_the_package_imports_only_declared_packages() -> None:
-    core = _names(PROJECT["dependencies"])
-    assert _undeclared("rivumi_analysis", core | _names(PROJECT["optional-dependencies"]["ray"])
-                       ) == {}
+    allowed = _names(PROJECT["dependencies"])
+    for extra in EXTRA_USERS:
+        allowed |= _names(EXTRAS[extra])
+    assert _undeclared("rivumi_analysis", allowed) == {}
 
 
-def test_only_the_ray_engine_imports_an_extra() -> None:
-    core = _names(PROJECT["dependencies"])
-    outside = _undeclared("rivumi_analysis", core)
-    assert set(outside) <= {"ray"}, outside
-    assert all(f.startswith("rivumi_analysis/distributed/") for f in outside.get("ray", [])), \
-        outside
+def test_only_the_ray_engine_and_the_otel_export_import_an_extra() -> None:
+    outside = _undeclared("rivumi_analysis", _names(PROJECT["dependencies"]))
+    dists = importlib.metadata.packages_distributions()
+    for module, files in outside.items():
+        names = _names(dists.get(module, [module]))
+        users = [prefixes for extra, prefixes in EXTRA_USERS.items()
+                 if names & _names(EXTRAS[extra])]
+        assert users, (module, files)
+        assert all(f.startswith(users[0]) for f in files), (module, files)
 
 
 def test_the_tests_import_only_declared_packages() -> None:
-    extras = PROJECT["optional-dependencies"]
-    allowed = _names(PROJECT["dependencies"] + extras["dev"] + extras["notebooks"]
-                     + extras["ray"])
+    allowed = _names(PROJECT["dependencies"])
+    for extra in ("dev", "notebooks", "ray", "otel", "otel-test"):
+        allowed |= _names(EXTRAS[extra])
     assert _undeclared("tests", allowed) == {}
