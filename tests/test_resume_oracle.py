@@ -24,7 +24,7 @@ from rivumi_analysis.read.cleanlog import CleanLog
 from rivumi_analysis.read.discovery import discover
 from rivumi_analysis.read.snapshot import read_run
 from rivumi_analysis.resume import decide
-from tests.conftest import SAMPLE_RUNS
+from tests.conftest import SAMPLE_RUNS, examples
 from tests.oracles.resume_objects import decide as oracle_decide
 from tests.test_replay_helpers import RUN_ID, Log, manifest
 
@@ -99,7 +99,7 @@ _pending = st.one_of(st.none(), st.fixed_dictionaries({
                                 "arguments": {}}}))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(_event, _ODD), max_size=14), _pending,
        st.sampled_from([None, "x", {"status": "completed", "terminal_reason": "verified"},
                         {"status": "failed", "terminal_reason": "token_budget_exceeded"}]),
