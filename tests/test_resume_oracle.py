@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -140,6 +141,7 @@ def test_generated_logs(events: list[tuple[tuple[str, dict[str, Any]], str]],
 _GENERATED = {"runs": 0, "warned": 0}
 
 
+@pytest.mark.slow  # statistics over test_generated_logs' 300 examples (not the dev profile's)
 def test_generated_logs_exercise_the_event_rules() -> None:
     """Without this, test_generated_logs would pass on logs no rule looks at."""
     if _GENERATED["runs"] < 300:  # run alone (-k) or out of order: run the test here
