@@ -190,7 +190,7 @@ def m_stat_floor(root: str, cache: str | None) -> dict[str, Any]:
 
 
 def m_api(root: str, cache: str | None) -> dict[str, Any]:
-    from rivumi_analysis.audit import audit
+    from rivumi_analysis.fleet_audit import audit
 
     c, t = _cpu(), time.perf_counter()
     res = audit(root, cache_dir=cache) if cache else audit(root, cache=False)
@@ -199,7 +199,7 @@ def m_api(root: str, cache: str | None) -> dict[str, Any]:
 
 
 def m_api_warm(root: str, cache: str | None) -> dict[str, Any]:
-    from rivumi_analysis.audit import audit
+    from rivumi_analysis.fleet_audit import audit
 
     audit(root, cache_dir=cache)  # fill (no-op when already filled)
     c, t = _cpu(), time.perf_counter()
@@ -395,8 +395,10 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def run_child(cmd: list[str]) -> tuple[float, int, str, float]:
-    """Run ``cmd``; return (wall s, peak RSS summed over its process tree, stdout, CPU s).
+def run_child(cmd: list[str], *, env: dict[str, str] | None = None,
+              cwd: str | Path = ROOT) -> tuple[float, int, str, float]:
+    """Run ``cmd`` (in ``cwd``, with ``env``); return (wall s, peak RSS summed over its
+    process tree, stdout, CPU s).
 
     CPU seconds (user + system of the child and every process it waited for, pool workers
     included) are reported next to wall time: they do not depend on what else the machine runs.
@@ -405,7 +407,7 @@ def run_child(cmd: list[str]) -> tuple[float, int, str, float]:
 
     cpu0 = _children_cpu()
     t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env)
     pp = psutil.Process(p.pid)
     peak = 0
     stop = threading.Event()

@@ -90,8 +90,9 @@ def _whole(locations: list) -> dict[str, float]:
     def timed(name: str, f):  # noqa: ANN001, ANN202
         def wrapper(*a, **k):  # noqa: ANN002, ANN003, ANN202
             start = clock()
-            try:
-                return f(*a, **k)
+            try:  # (the chunk's reads, a generator: consumed here to be timed)
+                out = f(*a, **k)
+                return iter(list(out)) if name == "_read_runs" else out
             finally:
                 stages[name] = stages.get(name, 0.0) + clock() - start
         return wrapper
@@ -102,7 +103,7 @@ def _whole(locations: list) -> dict[str, float]:
         else:
             gc_time[0] += clock() - gc_time[1]
 
-    saved = {name: getattr(core, name) for name in ("_read_chunk", "chunk_frames",
+    saved = {name: getattr(core, name) for name in ("_read_runs", "chunk_frames",
                                                     "write_parts", "write_prefixes")}
     for name, f in saved.items():
         setattr(core, name, timed(name, f))

@@ -1,8 +1,11 @@
-"""The per-run audit record and the fleet audit (what the ``audit`` command prints)."""
+"""The per-run audit record (what the ``audit`` command prints per run).
+
+The fleet audit, :func:`rivumi_analysis.fleet_audit.audit`, runs :func:`audit_chunk` over
+chunks of runs (``read.executor``) or serves the records from the store.
+"""
 
 from __future__ import annotations
 
-import os
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -11,16 +14,8 @@ from typing import Any
 import msgspec
 
 from .errors import VERDICTS
-from .read.cache import Recorder
 from .read.cleanlog import CleanLog
-from .read.discovery import (
-    DEFAULT_MAX_DEPTH,
-    RunLocation,
-    Source,
-    check_sources,
-    discover,
-    expand_path,
-)
+from .read.discovery import RunLocation, check_sources, expand_path
 from .read.snapshot import RunData, gc_paused, read_run
 from .resume import TERMINAL_RUN_EVENTS, decide
 
@@ -202,18 +197,41 @@ def _audit_one(run_dir: str, is_subagent: bool, parent_run_dir: str | None) -> d
         return error_record(loc, exc)
 
 
-def _record(run: RunData) -> dict[str, Any]:
-    # looked up at call time, so a patched ``record_from_run`` is the one used
-    return record_from_run(run)
+def audit_records(runs: list[RunData]) -> list[dict[str, Any]]:
+    """The record of each run read already (an error record where the audit raises)."""
+    out = []
+    for run in runs:
+        try:
+            out.append(record_from_run(run))
+        except Exception as exc:  # one bad run must not stop a fleet audit
+            out.append(error_record(RunLocation(run.run_dir, run.is_subagent,
+                                                run.parent_run_dir), exc))
+    return out
 
 
-def _cacheable(record: dict[str, Any]) -> bool:
-    return record.get("verdict") != "error"
+LOCKS_BATCH = 64
+"""Runs audited per read of ``/proc/locks`` (which writer locks are held)."""
 
 
-RECORDER = Recorder(_record, error_record, _cacheable, SCHEMA_VERSION, clean=True)
-"""What an audit record is, for the record cache and the engines that run it per run
-(:func:`rivumi_analysis.read.cache.run_fleet`, :mod:`rivumi_analysis.distributed`)."""
+def audit_chunk(locations: list[RunLocation]) -> list[dict[str, Any]]:
+    """The records of some runs, each read as the audit reads it and dropped before the next
+    (what a worker runs; memory bounded by the largest run)."""
+    from .read.incremental import proc_locked_keys
+
+    out = []
+    locks = None
+    with gc_paused():  # parsing builds many containers and no cycles: no collector passes
+        for n, loc in enumerate(locations):
+            if n % LOCKS_BATCH == 0:
+                locks = proc_locked_keys()
+            try:
+                run = read_run(loc.run_dir, is_subagent=loc.is_subagent,
+                               parent_run_dir=loc.parent_run_dir, clean=True,
+                               held_locks=locks)
+                out.append(record_from_run(run))
+            except Exception as exc:  # one bad run must not stop a fleet audit
+                out.append(error_record(loc, exc))
+    return out
 
 
 def iter_records(locations: list[RunLocation],
@@ -223,44 +241,6 @@ def iter_records(locations: list[RunLocation],
         yield _audit_one(loc.run_dir, loc.is_subagent, loc.parent_run_dir)
         if progress is not None:
             progress(1)
-
-
-def audit(source: Source | None = None, *, max_depth: int = DEFAULT_MAX_DEPTH,
-          progress: Callable[[int], None] | None = None, jobs: int | None = None,
-          cache: bool | None = None, cache_dir: str | os.PathLike[str] | None = None,
-          ) -> AuditResult:
-    """Audit every run below ``source``; records sorted by ``run_dir``.
-
-    Args:
-        jobs: worker processes (None: one per available core; 1: in this process). Results
-            are identical whatever the number.
-        cache: use the incremental cache (:mod:`rivumi_analysis.read.cache`). None means "only when ``cache_dir`` is
-            given"; True with no ``cache_dir`` uses the user cache directory. A warm result
-            always equals a cold one.
-        cache_dir: where the consolidated cache file lives (never inside a source).
-
-    Raises:
-        SourceError: a missing source, a regular file, or no default run root.
-    """
-    from .read.cache import AuditCache, run_fleet
-
-    use_cache = cache if cache is not None else cache_dir is not None
-    # with the cache, each run folder's listing from discovery is its fingerprint's listing
-    listings: dict[str, list[str]] | None = {} if use_cache else None
-    # discovery and the records build many small acyclic objects: no collector passes (a
-    # warm audit is otherwise ~15 % collector)
-    with gc_paused():
-        found = discover(source, max_depth=max_depth, listings=listings)
-        store = AuditCache(cache_dir, schema_version=SCHEMA_VERSION) if use_cache else None
-        try:
-            records = run_fleet(found.runs, recorder=RECORDER, jobs=jobs, cache=store,
-                                progress=progress, listings=listings)
-        finally:
-            if store is not None:
-                store.close()
-    runs = sorted(records, key=lambda r: r["run_dir"])
-    skipped = [{"path": s.path, "reason": s.reason} for s in found.skipped]
-    return AuditResult(runs=runs, skipped=skipped, root_used=found.root_used)
 
 
 def format_table(runs: list[dict[str, Any]], skipped: list[dict[str, str]]) -> str:

@@ -43,10 +43,11 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="exit 1 when any run has one of these verdicts")
     a.add_argument("--max-depth", type=int, default=8, help="folder depth limit (default 8)")
     a.add_argument("--no-cache", action="store_true",
-                   help="do not read or write the incremental cache")
+                   help="do not read or write the incremental cache (the store)")
     a.add_argument("--cache-dir", default=None, metavar="DIR",
-                   help="cache directory (default: $RIVUMI_ANALYSIS_CACHE_DIR or "
-                        "~/.cache/rivumi-analysis); never inside a run directory")
+                   help="cache directory: the store lives in DIR/store/ (default: the "
+                        "loaders' store, $RIVUMI_ANALYSIS_STORE_DIR or "
+                        "~/.cache/rivumi-analysis/store); never inside a run directory")
     a.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="worker processes (default: one per core; 1: no pool)")
     a.add_argument("--engine", choices=("process", "ray"), default="process",
@@ -74,8 +75,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         "backreferences work, row by row)")
     q.add_argument("paths", nargs="*", metavar="PATH",
                    help="run directories or folders of runs (default: the run root)")
-    q.add_argument("--tables", default="events,tool_calls,messages", metavar="T,...",
-                   help="which of events, tool_calls, messages to search (default: all)")
+    q.add_argument("--tables", default="events,tool_calls,messages,runs", metavar="T,...",
+                   help="which of events, tool_calls, messages, runs to search (default: all)")
     q.add_argument("-i", "--ignore-case", action="store_true", help="case-insensitive")
     q.add_argument("--format", choices=("table", "json", "jsonl"), default=None,
                    help="table when stdout is a terminal, else jsonl")
@@ -337,7 +338,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def _run_audit(paths: list[str], max_depth: int, *, cache: bool = False,
                cache_dir: str | None = None, jobs: int | None = None) -> Any:
-    from .audit import audit
+    from .fleet_audit import audit
 
     progress = None
     bar = None
@@ -917,6 +918,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    from . import progress
+
+    if args.command in _OWN_PROGRESS:
+        progress.set_enabled(False)  # the command draws its own (one bar, not two)
     try:
         if args.command in _EMPTY_SOURCE_COMMANDS:
             return _empty_source_is_usage_error(args)
@@ -925,6 +930,12 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+    finally:
+        progress.set_enabled(None)
+
+
+_OWN_PROGRESS = frozenset({"audit", "report", "export"})
+"""Commands that draw their own progress lines; the library's bars are off for them."""
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,7 +9,7 @@ section and ``docs/data-dictionary.md`` (a test keeps both equal to the code).
 >>> describe("events").filter(pl.col("column") == "line_no")["unit"].item()
 'line number (1-based)'
 >>> TABLES["tool_calls"].key
-('run_dir', 'tool_call_id')
+('run_dir', 'line_no')
 """
 
 from __future__ import annotations

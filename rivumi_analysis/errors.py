@@ -118,6 +118,8 @@ WARNINGS: Mapping[str, str] = {
     "run_id_mismatch_dirname": "run_id differs from the run directory's name",
     "tool_unpaired": "a tool.started has no tool.completed (or a completion has no start), not at the tail",
     "approval_unpaired": "an approval.requested has no resolution/abandonment, or a resolution has no request",
+    "duplicate_tool_call_id": "a tool_call_id opens more than one call in the run (providers reuse ids across turns); tool_calls_df pairs by occurrence, one row per call",
+    "duplicate_request_id": "a request_id opens more than one approval in the run; approvals_df pairs by occurrence, one row per approval",
     "pending_action_inconsistent": "pending_action in session.json does not match an open approval or unstarted action in the log",
     "result_disagrees": "result.json status or terminal_reason disagrees with the last terminal run.* event",
     "result_without_terminal_event": "result.json exists but the log has no terminal run.* event",

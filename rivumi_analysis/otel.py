@@ -907,7 +907,7 @@ def run_spans(source: Any = None, *, redact: bool = False,
 # --- incremental state ---------------------------------------------------------------------
 
 def _state_path(destination: str, redact: bool) -> str:
-    from .read.cache import default_cache_dir
+    from .read.incremental import default_cache_dir
 
     h = hashlib.blake2b(f"{destination}\0{redact}".encode("utf-8", "surrogatepass"),
                         digest_size=12).hexdigest()

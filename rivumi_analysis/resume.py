@@ -33,6 +33,7 @@ from .read.models import (
     TaskContract,
     first_error,
 )
+from .read.occurrences import reused_ids
 from .read.resume_reader import read_for_resume
 from .read.snapshot import RunData, atomic_leftovers
 
@@ -488,6 +489,18 @@ _RULE_TYPES = frozenset({
 })
 
 
+def _reused_id_warnings(c: _Collector, where: str, reused: tuple[set[str], set[str]]) -> None:
+    """``duplicate_tool_call_id`` / ``duplicate_request_id``: an id that opens more than one
+    call or approval (tool_calls_df and approvals_df keep a row for each, keyed by line)."""
+    for code, what, ids in (("duplicate_tool_call_id", "tool_call_id", reused[0]),
+                            ("duplicate_request_id", "request_id", reused[1])):
+        if ids:
+            shown = ", ".join(sorted(ids)[:3]) + (f" (+{len(ids) - 3} more)" if len(ids) > 3
+                                                  else "")
+            c.warn(code, f"{where}: {len(ids)} {what}(s) used by more than one call: {shown} "
+                   "(paired by occurrence)")
+
+
 def _event_warnings(run: RunData, log: Events, c: _Collector, manifest: Any,
                     ahead: bool) -> None:
     """The event-level part of :func:`_auditor_warnings`, over the run's events as columns
@@ -499,6 +512,10 @@ def _event_warnings(run: RunData, log: Events, c: _Collector, manifest: Any,
     n = len(types)
     # the indices of the rule-relevant events, found by C-level iteration (no Python loop)
     picked = [(i, types[i]) for i in compress(range(n), map(_RULE_TYPES.__contains__, types))]
+    paired = {t for t in set(types) if t.startswith(("tool.", "approval.")) or t in (
+        "model.requested", "session.resumed", "session.continued")}
+    _reused_id_warnings(c, where, reused_ids(
+        (types[i], objs[i]) for i in compress(range(n), map(paired.__contains__, types))))
     # Unclosed pairs are anomalies only when the run moved on past them (a later model step
     # or terminal event); at the tail they are what a crash leaves, which the verdict covers.
     last_progress = -1

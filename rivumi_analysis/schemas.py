@@ -455,14 +455,27 @@ class ManifestsSchema(_Base):
         "session.json active_writer_token", nullable=True)
 
 
+_OCCURRENCE = (" The runner does not make it unique: ids repeat across the turns of a "
+               "continued session (a run warning, {code}), so events are paired by "
+               "occurrence, not by id: the key is (run_dir, line_no).")
+
+
 class ToolCallsSchema(_Base):
-    """``tool_calls_df``: one row per tool call (requested → started → completed)."""
+    """``tool_calls_df``: one row per tool call in the log (requested → started → completed),
+    by occurrence."""
 
     run_dir: pl.Utf8 = _col(_RUN_DIR, "discovery")
     run_id: pl.Utf8 = _col(_RUN_ID, _RUN_ID_SRC, nullable=True)
-    tool_call_id: pl.Utf8 = _col("The call's id (the provider's id or a uuid hex); with "
-                                 "run_dir it identifies the call.",
-                                 "events.jsonl tool.* data.tool_call_id")
+    line_no: pl.Int64 = _col(
+        "Physical line of events.jsonl that opened the call: its tool.requested, or, for a "
+        "call the log never requested (an unknown tool), its tool.completed. With run_dir "
+        "it identifies the call (join events_df on run_dir, line_no).",
+        "events.jsonl position", "line number (1-based)", ge=1)
+    tool_call_id: pl.Utf8 = _col(
+        "The call's id (the provider's id or a uuid hex); tool.started and tool.completed "
+        "join the most recent open call of this id in the same model step."
+        + _OCCURRENCE.format(code="duplicate_tool_call_id"),
+        "events.jsonl tool.* data.tool_call_id")
     name: pl.Utf8 = _col("Tool name (read_file, shell, apply_patch, mcp__..., or an unknown "
                          "name).", "events.jsonl tool.* data.name", nullable=True)
     effect: pl.Utf8 = _col("Tool effect: read, modify, modify_execute, execute; null for an "
@@ -478,6 +491,14 @@ class ToolCallsSchema(_Base):
                                       "events.jsonl tool.started", SEQ, nullable=True)
     completed_sequence: pl.Int64 = _col("Sequence of tool.completed.",
                                         "events.jsonl tool.completed", SEQ, nullable=True)
+    requested_line_no: pl.Int64 = _col(
+        "Physical line of tool.requested; null for unknown tools (no request is logged).",
+        "events.jsonl position", "line number (1-based)", nullable=True, ge=1)
+    started_line_no: pl.Int64 = _col("Physical line of tool.started.", "events.jsonl position",
+                                     "line number (1-based)", nullable=True, ge=1)
+    completed_line_no: pl.Int64 = _col("Physical line of tool.completed.",
+                                       "events.jsonl position", "line number (1-based)",
+                                       nullable=True, ge=1)
     requested_at: UTC_US = _col("created_at of tool.requested.", "events.jsonl tool.requested",
                                 TS, nullable=True)
     started_at: UTC_US = _col("created_at of tool.started.", "events.jsonl tool.started", TS,
@@ -525,17 +546,37 @@ class ToolCallsSchema(_Base):
         "Execution time: completed_at - started_at (approval waits excluded).",
         "derived: tool.started / tool.completed created_at", SECONDS, nullable=True)
 
+    @pa.dataframe_check
+    def key_unique(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        """(run_dir, line_no) identifies a call."""
+        return data.lazyframe.select(
+            ~pl.struct("run_dir", "line_no").is_duplicated().alias("key_unique"))
+
 
 class ApprovalsSchema(_Base):
-    """``approvals_df``: one row per approval request (requested → resolved/reused/abandoned)."""
+    """``approvals_df``: one row per approval occurrence (requested → resolved/abandoned, or
+    reused)."""
 
     run_dir: pl.Utf8 = _col(_RUN_DIR, "discovery")
     run_id: pl.Utf8 = _col(_RUN_ID, _RUN_ID_SRC, nullable=True)
-    request_id: pl.Utf8 = _col("Approval request id (32 hex).",
-                               "events.jsonl approval.* data.request_id")
-    action_id: pl.Utf8 = _col("What is approved: a tool_call_id (join tool_calls_df) or "
-                              "verification:<name>.", "events.jsonl approval.* data.action_id",
-                              nullable=True)
+    line_no: pl.Int64 = _col(
+        "Physical line of events.jsonl that opened the approval: its approval.requested, "
+        "its approval.reused, or the closing event when the log holds no open request for it "
+        "(e.g. approval.abandoned of a request lost with a torn line). With run_dir it "
+        "identifies the approval.", "events.jsonl position", "line number (1-based)", ge=1)
+    request_id: pl.Utf8 = _col(
+        "Approval request id (32 hex); approval.resolved and approval.abandoned close the "
+        "most recent open request of this id." + _OCCURRENCE.format(code="duplicate_request_id"),
+        "events.jsonl approval.* data.request_id")
+    action_id: pl.Utf8 = _col("What is approved: a tool_call_id or verification:<name>. "
+                              "Ids can repeat: join tool_calls_df on tool_call_line_no.",
+                              "events.jsonl approval.* data.action_id", nullable=True)
+    tool_call_line_no: pl.Int64 = _col(
+        "The tool call this approval is for: tool_calls_df.line_no of the latest "
+        "tool.requested of action_id before it (join on run_dir and this); null for final "
+        "verification and when the log holds no such request.",
+        "derived: events.jsonl tool.requested position", "line number (1-based)",
+        nullable=True, ge=1)
     effect: pl.Utf8 = _col("Effect being approved (read, modify, modify_execute, execute).",
                            "events.jsonl approval.* data.effect", nullable=True)
     reason: pl.Utf8 = _col("Why approval is needed: model_tool or final_verification "
@@ -553,6 +594,12 @@ class ApprovalsSchema(_Base):
                                         "events.jsonl approval.requested", SEQ, nullable=True)
     closed_sequence: pl.Int64 = _col("Sequence of the resolving/reusing/abandoning event.",
                                      "events.jsonl approval.*", SEQ, nullable=True)
+    requested_line_no: pl.Int64 = _col(
+        "Physical line of approval.requested (null for a reuse, which has none).",
+        "events.jsonl position", "line number (1-based)", nullable=True, ge=1)
+    closed_line_no: pl.Int64 = _col(
+        "Physical line of the resolving/reusing/abandoning event (null while open).",
+        "events.jsonl position", "line number (1-based)", nullable=True, ge=1)
     requested_at: UTC_US = _col("created_at of approval.requested.", "events.jsonl", TS,
                                 nullable=True)
     closed_at: UTC_US = _col("created_at of the closing event.", "events.jsonl", TS,
@@ -561,6 +608,12 @@ class ApprovalsSchema(_Base):
         "closed_at - requested_at: time waiting for the decision (current runners do not "
         "charge it to the wall-time budget; M4-era runners do).", "derived", SECONDS,
         nullable=True)
+
+    @pa.dataframe_check
+    def key_unique(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        """(run_dir, line_no) identifies an approval."""
+        return data.lazyframe.select(
+            ~pl.struct("run_dir", "line_no").is_duplicated().alias("key_unique"))
 
 
 class ModelCallsSchema(_Base):
@@ -1196,8 +1249,8 @@ class MessagesSchema(_Base):
     tool_calls: pl.List(pl.Utf8) = _col("Names of the tools the assistant asked for, in order.",
                                         "messages[].tool_calls[].name / model.completed "
                                         "tool_calls")
-    tool_call_ids: pl.List(pl.Utf8) = _col("Ids of those calls (join tool_calls_df; "
-                                           "session.json only).",
+    tool_call_ids: pl.List(pl.Utf8) = _col("Ids of those calls (session.json only; ids "
+                                           "can repeat across turns, see tool_calls_df).",
                                            "messages[].tool_calls[].tool_call_id")
     tool_calls_json: pl.Utf8 = _col(
         "The assistant's tool calls with their arguments, as JSON text (session.json only; "

@@ -1,4 +1,5 @@
-"""``search``: a regular expression over event text, tool arguments and transcript messages.
+"""``search``: a regular expression over event text, tool calls (arguments, errors), transcript
+messages (model replies, tool results, errors) and run instructions.
 
 >>> hits = search("tests/fixtures/example", r"def add")
 >>> sorted(set(hits["table"]))[:1], hits.columns[:4]
@@ -19,8 +20,9 @@ __all__ = ["search", "SEARCH_TABLES"]
 # table -> the text columns searched (their order is the order hits are reported in)
 SEARCH_TABLES: dict[str, tuple[str, ...]] = {
     "events": ("text", "data"),
-    "tool_calls": ("arguments",),
+    "tool_calls": ("arguments", "error"),
     "messages": ("content", "tool_calls_json", "error"),
+    "runs": ("instruction_summary",),
 }
 _SNIPPET = 60
 
@@ -66,8 +68,10 @@ def search(source: Any, pattern: str, *, tables: tuple[str, ...] | list[str] | N
             ``(?<!…)``) and backreferences (``(a)\\1``, ``(?P=name)``), fall back to Python
             ``re`` row by row, which is slower on a large fleet.
         tables: which of ``events`` (text and exact data JSON, which includes tool
-            arguments and previews), ``tool_calls`` (exact argument JSON) and ``messages``
-            (transcript content and tool calls) to search; default all three.
+            arguments and previews), ``tool_calls`` (exact argument JSON and the error
+            text), ``messages`` (transcript content: instructions, model replies, tool
+            results; the tool calls asked for; observation errors) and ``runs`` (the task's
+            instruction, ``instruction_summary``) to search; default all four.
         ignore_case: match case-insensitively.
         max_depth: discovery depth limit.
         cache: read the tables through the Parquet store (default: as the ``*_df`` loaders;
@@ -76,8 +80,9 @@ def search(source: Any, pattern: str, *, tables: tuple[str, ...] | list[str] | N
 
     Returns:
         A DataFrame with ``run_dir``, ``run_id``, ``table``, ``sequence`` (of the event; for
-        tool calls the request, for session.json messages null), ``line_no``, ``column`` and
-        ``snippet`` (the match with up to 60 characters around it).
+        tool calls the request, for session.json messages and runs null), ``line_no`` (for
+        tool calls the line that opened the call; runs: null), ``column`` and ``snippet``
+        (the match with up to 60 characters around it).
 
     Raises:
         ValueError: an unknown table name or an invalid pattern (neither engine compiles
@@ -139,14 +144,20 @@ def _table(name: str, fleet: Any) -> pl.DataFrame:
         from .tables.tool_calls import tool_calls_df
 
         return tool_calls_df(fleet)
+    if name == "runs":
+        from .tables.runs import runs_df
+
+        return runs_df(fleet)
     from .tables.messages import messages_df
 
     return messages_df(fleet)
 
 
 def _seq_expr(name: str) -> pl.Expr:
+    if name == "runs":
+        return pl.lit(None, dtype=pl.Int64)
     return pl.col("requested_sequence") if name == "tool_calls" else pl.col("sequence")
 
 
 def _line_expr(name: str) -> pl.Expr:
-    return pl.lit(None, dtype=pl.Int64) if name == "tool_calls" else pl.col("line_no")
+    return pl.lit(None, dtype=pl.Int64) if name == "runs" else pl.col("line_no")

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import rivumi_analysis.read.cache as C
+import rivumi_analysis.audit as A
+import rivumi_analysis.read.incremental as C
 import rivumi_analysis.read.snapshot as S
-from rivumi_analysis.audit import audit
+from rivumi_analysis.fleet_audit import audit
 from tests.conftest import SAMPLE_RUNS, examples
 
 EXAMPLE = Path(__file__).parent / "fixtures" / "example" / "a66038f97f204cb3aaa96339f195c37e"
@@ -74,7 +75,7 @@ def test_proc_locks_read_once_per_batch(tmp_path: Path, monkeypatch: pytest.Monk
         return real()
 
     monkeypatch.setattr(C, "proc_locked_keys", counting)
-    monkeypatch.setattr(C, "LOCKS_BATCH", 2)
+    monkeypatch.setattr(A, "LOCKS_BATCH", 2)
     recs = audit(str(tmp_path), jobs=1, cache=False).runs
     assert len(recs) == 5 and len(reads) == 3  # runs 0-1, 2-3, 4
 

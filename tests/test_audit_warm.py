@@ -1,13 +1,13 @@
-"""The warm audit fingerprints each run from discovery's listing (no second listing)."""
+"""The warm audit (served from the store) and the fingerprints ``read.incremental`` keeps."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from rivumi_analysis.audit import audit
-from rivumi_analysis.read.cache import fingerprint, proc_locked_keys
+from rivumi_analysis.fleet_audit import audit
 from rivumi_analysis.read.discovery import discover
+from rivumi_analysis.read.incremental import fingerprint, proc_locked_keys
 from tests.conftest import SAMPLE_RUNS
 
 
@@ -20,7 +20,7 @@ def test_fingerprint_from_the_discovery_listing_is_the_same() -> None:
     for loc in found.runs:
         with_names = fingerprint(loc.run_dir, held, listings[loc.run_dir])
         assert with_names is not None and with_names == fingerprint(loc.run_dir, held)
-        # the audit cache's form (no lock bytes): by path from the listing == by listing now
+        # the form without lock bytes (watch's): by path from the listing == by listing now
         listed = fingerprint(loc.run_dir, held, listings[loc.run_dir], lock_content=False)
         assert listed == fingerprint(loc.run_dir, held, lock_content=False)
         locked += ".writer.lock" in listings[loc.run_dir]
@@ -133,7 +133,7 @@ def test_same_size_rewrite_with_mtime_restored_is_a_miss(tmp_path: Path) -> None
 
 
 def test_an_entry_vanishing_after_the_listing_has_its_own_key(tmp_path: Path) -> None:
-    from rivumi_analysis.read.cache import _fingerprint_listed
+    from rivumi_analysis.read.incremental import _fingerprint_listed
 
     _root, run = _aged_copy(tmp_path)
     names = sorted(p.name for p in run.iterdir())
@@ -161,17 +161,6 @@ def test_cache_rows_of_other_fleets_in_the_key_range_are_not_served(tmp_path: Pa
     assert warm == audit(str(runs), jobs=1, cache=False).runs
 
 
-def test_records_are_decoded_together_and_a_bad_row_alone() -> None:
-    from rivumi_analysis.read.cache import decode_records
-
-    good = [b'{"a":1}', b'{"b":[2]}']
-    assert decode_records(good) == [{"a": 1}, {"b": [2]}]
-    # a row whose bytes would splice into the array, a non-object and garbage: misses only
-    mixed = [b'{"a":1}', b'{"x":1}],[{"y":2}', b"[1]", b"\x00\xff", b'{"b":[2]}']
-    assert decode_records(mixed) == [{"a": 1}, None, None, None, {"b": [2]}]
-    assert decode_records([]) == []
-
-
 def test_discovery_lists_subagents_as_before() -> None:
     """Discovery reads run folders by name only; the subagent tree, the listings and the
     skipped paths are what a walk with entry kinds gives (a reference walk here)."""
@@ -196,19 +185,19 @@ def test_discovery_lists_subagents_as_before() -> None:
 def test_files_no_record_reads_count_by_name_only(tmp_path: Path) -> None:
     """Only the files a record is read from are stat-ed for the key; rewriting another file
     (``changes.patch``) is still a hit, and the hit equals a cold audit."""
-    import rivumi_analysis.read.cache as C
+    import rivumi_analysis.store.core as core
 
     root, run = _aged_copy(tmp_path)
     cache = tmp_path / "cache"
     first = audit(str(root), jobs=1, cache_dir=cache).runs
     (run / "changes.patch").write_text("something else entirely\n")
     reads = []
-    real = C.audit_job
+    real = core.run_chunk
     try:
-        C.audit_job = lambda *a, **k: reads.append(1) or real(*a, **k)  # type: ignore[assignment]
+        core.run_chunk = lambda *a, **k: reads.append(1) or real(*a, **k)  # type: ignore[assignment]
         warm = audit(str(root), jobs=1, cache_dir=cache).runs
     finally:
-        C.audit_job = real  # type: ignore[assignment]
+        core.run_chunk = real  # type: ignore[assignment]
     assert not reads and warm == first == audit(str(root), jobs=1, cache=False).runs
 
 

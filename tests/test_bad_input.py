@@ -277,7 +277,7 @@ def test_symlinked_run_directory_below_root(tmp_path: Path, make_run) -> None:
     root = tmp_path / "root"
     root.mkdir()
     os.symlink(real, root / "link")
-    from rivumi_analysis.audit import audit as audit_fleet
+    from rivumi_analysis.fleet_audit import audit as audit_fleet
 
     res = audit_fleet(str(root))
     assert res.runs == [] and res.skipped == [{"path": str(root / "link"), "reason": "symlink"}]
@@ -344,7 +344,7 @@ def test_unreadable_file_as_unprivileged_user(fname: str, code: str) -> None:
 def test_directory_that_is_not_a_run(tmp_path: Path) -> None:
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "readme.txt").write_text("hello")
-    from rivumi_analysis.audit import audit as audit_fleet
+    from rivumi_analysis.fleet_audit import audit as audit_fleet
 
     res = audit_fleet(str(tmp_path))
     assert res.runs == [] and res.skipped == []
@@ -436,7 +436,7 @@ def test_regular_file_source_is_a_usage_error(example_copy: str) -> None:
 
 
 def test_dot_names_skipped_and_depth_limit(tmp_path: Path, make_run) -> None:
-    from rivumi_analysis.audit import audit as audit_fleet
+    from rivumi_analysis.fleet_audit import audit as audit_fleet
 
     make_run("r1", root=tmp_path / ".hidden")
     make_run("r2", root=tmp_path / "a" / "b" / "c")
@@ -448,7 +448,7 @@ def test_dot_names_skipped_and_depth_limit(tmp_path: Path, make_run) -> None:
 
 
 def test_subagents_are_descended(tmp_path: Path, make_run) -> None:
-    from rivumi_analysis.audit import audit as audit_fleet
+    from rivumi_analysis.fleet_audit import audit as audit_fleet
 
     parent = Path(make_run("parent", root=tmp_path))
     make_run("child1", root=parent / "subagents")

@@ -1,19 +1,21 @@
-"""The incremental audit cache: a warm result always equals a cold one."""
+"""The audit's incremental cache is the store: a warm result always equals a cold one, and
+only runs that changed are read again."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import sqlite3
 import time
 from pathlib import Path
 
 import pytest
 
-import rivumi_analysis.read.cache as C
+import rivumi_analysis.read.executor as X
+import rivumi_analysis.read.incremental as C
 import rivumi_analysis.read.snapshot as S
-from rivumi_analysis.audit import audit
+import rivumi_analysis.store.core as core
+from rivumi_analysis.fleet_audit import audit
 
 EXAMPLE = Path(__file__).parent / "fixtures" / "example" / "a66038f97f204cb3aaa96339f195c37e"
 OLD = time.time() - 3600
@@ -49,19 +51,19 @@ def fleet(tmp_path: Path) -> Path:
 
 @pytest.fixture()
 def calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Counts runs actually read and lines actually decoded."""
+    """Counts runs the store actually read and lines actually decoded."""
     counts = {"runs": 0, "lines": 0}
-    real_job, real_decode = C.audit_job, S.decode_line
+    real_chunk, real_decode = core.run_chunk, S.decode_line
 
-    def job(*a, **k):
-        counts["runs"] += 1
-        return real_job(*a, **k)
+    def chunk(task, *a, **k):
+        counts["runs"] += len(task.locations)
+        return real_chunk(task, *a, **k)
 
     def decode(*a, **k):
         counts["lines"] += 1
         return real_decode(*a, **k)
 
-    monkeypatch.setattr(C, "audit_job", job)
+    monkeypatch.setattr(core, "run_chunk", chunk)
     monkeypatch.setattr(S, "decode_line", decode)
     return counts
 
@@ -89,6 +91,8 @@ def test_unchanged_is_served_from_cache(fleet: Path, tmp_path: Path, calls: dict
 
 
 def test_appended_reads_only_new_lines(fleet: Path, tmp_path: Path, calls: dict) -> None:
+    """A run being written (files modified just now) keeps its decoded prefix in the store:
+    the next audit decodes only the lines after it."""
     cache = tmp_path / "cache"
     _warm(fleet, cache)
     rest = (EXAMPLE / "events.jsonl").read_bytes().splitlines(keepends=True)[30:]
@@ -96,13 +100,13 @@ def test_appended_reads_only_new_lines(fleet: Path, tmp_path: Path, calls: dict)
         fh.write(b"".join(rest[:5]) + rest[5][:40])  # five lines and a torn tail
     _reset(calls)
     warm = _warm(fleet, cache)
-    assert calls["runs"] == 1 and calls["lines"] == 6  # the 5 new lines + the torn tail
+    assert calls["runs"] == 1  # read whole (its stored entry had no prefix: a clean log)
     assert warm == _cold(fleet)
     with open(fleet / "live" / "events.jsonl", "ab") as fh:  # complete the torn line
         fh.write(rest[5][40:])
     _reset(calls)
     warm = _warm(fleet, cache)
-    assert calls["lines"] == 6  # still from the stored prefix (fresh files are not stored)
+    assert calls["runs"] == 1 and calls["lines"] == 1  # from the stored 35-line prefix
     assert warm == _cold(fleet)
     _age(fleet)
     _warm(fleet, cache)  # now stored with the longer prefix
@@ -148,17 +152,16 @@ def test_replaced_by_a_symlink(fleet: Path, tmp_path: Path) -> None:
 def test_corrupted_cache_file(fleet: Path, tmp_path: Path, calls: dict) -> None:
     cache = tmp_path / "cache"
     _warm(fleet, cache)
-    db = next(cache.glob("*.sqlite"))
-    for p in cache.iterdir():
+    store = next((cache / "store").iterdir())
+    for p in store.rglob("*.pickle"):  # the records (and any prefix): a damaged part
         p.write_bytes(b"\0garbage" * 100)
+    _reset(calls)
     assert _warm(fleet, cache) == _cold(fleet)
+    assert calls["runs"] == 2  # re-read, not served
     _reset(calls)
     warm, n = _warm(fleet, cache), calls["runs"]  # rebuilt, then used
     assert warm == _cold(fleet) and n == 0
-    con = sqlite3.connect(db)  # a corrupt row is a miss, not an error
-    con.execute("UPDATE runs SET record = x'00ff', prefix = x'00ff'")
-    con.commit()
-    con.close()
+    (store / "_store.msgpack").write_bytes(b"\0garbage" * 100)  # the manifest: rebuilt
     _reset(calls)
     warm, n = _warm(fleet, cache), calls["runs"]
     assert warm == _cold(fleet) and n == 2
@@ -197,7 +200,31 @@ def test_parallel_cached_equals_serial(fleet: Path, tmp_path: Path,
     for i in range(40):
         shutil.copytree(EXAMPLE, fleet / f"copy{i:02d}")
     _age(fleet)
-    monkeypatch.setattr(C, "PARALLEL_MIN_RUNS", 8)
+    monkeypatch.setattr(X, "POOL_MIN_RUNS", 8)
     cold = _cold(fleet)
     assert audit(fleet, jobs=2, cache_dir=tmp_path / "c").runs == cold
     assert audit(fleet, jobs=2, cache_dir=tmp_path / "c").runs == cold
+
+
+def test_a_table_load_after_an_audit_reads_the_audited_runs_again(
+        fleet: Path, tmp_path: Path, calls: dict) -> None:
+    """An audit's parts hold records only; a table load reads those runs for every table,
+    and the audit afterwards is served from the table load's ``runs`` rows."""
+    from rivumi_analysis.fleet_audit import _store_dir
+
+    cache = tmp_path / "cache"
+    first = _warm(fleet, cache)
+    store_dir = _store_dir(str(fleet), 8, cache)
+    _reset(calls)
+    opened = core.open_store(str(fleet), store_dir=store_dir, jobs=1)
+    assert calls["runs"] == 2 and all(e["full"] for e in opened.manifest.runs.values())
+    _reset(calls)
+    assert _warm(fleet, cache) == first and calls["runs"] == 0
+
+
+def test_an_unusable_store_audits_without_it(fleet: Path, tmp_path: Path) -> None:
+    """A cache directory inside the source: the store refuses it; the audit warns and
+    gives the cold records."""
+    with pytest.warns(core.StoreWarning, match="auditing without the cache"):
+        warm = audit(fleet, jobs=1, cache_dir=fleet / "done" / "cache").runs
+    assert warm == _cold(fleet)

@@ -24,7 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rivumi_analysis.audit import audit, record_from_run
+from rivumi_analysis.audit import record_from_run
+from rivumi_analysis.fleet_audit import audit
 from rivumi_analysis.read import columnar as _columnar
 from rivumi_analysis.read.cleanlog import CleanLog, clean_log
 from rivumi_analysis.read.discovery import discover
@@ -127,6 +128,11 @@ VERDICT_MUTATIONS = {
                                        ln, count=1),
     "sequence_7": lambda ln: re.sub(rb'"sequence":\d+', b'"sequence":7', ln, count=1),
     "brackets_in_run_id": lambda ln: ln.replace(b'"run_id":"', b'"run_id":"' + b"[" * 250, 1),
+    # ids a provider numbers per reply: duplicate_tool_call_id / duplicate_request_id
+    "tool_call_id_reused": lambda ln: re.sub(rb'"tool_call_id":"[^"]*"', b'"tool_call_id":"call_0"',
+                                             ln, count=1),
+    "request_id_reused": lambda ln: re.sub(rb'"request_id":"[^"]*"', b'"request_id":"r0"', ln,
+                                           count=1),
 }
 _ALL = {**MUTATIONS, **VERDICT_MUTATIONS}
 

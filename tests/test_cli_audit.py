@@ -137,7 +137,7 @@ def test_sources_are_never_modified(fleet: Path, tmp_path: Path) -> None:
             getattr(ra, optional)(str(fleet))
         except (ImportError, AttributeError):
             pass
-    from rivumi_analysis.audit import audit as audit_fleet
+    from rivumi_analysis.fleet_audit import audit as audit_fleet
 
     audit_fleet(str(fleet))
     for args in (("audit", str(fleet), "--format", "json"),

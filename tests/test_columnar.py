@@ -273,7 +273,8 @@ def test_generated_logs_often_take_the_fast_path() -> None:
 
 def test_snapshots_and_audit_records_equal_on_every_sample_run(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from rivumi_analysis.audit import audit, record_from_run
+    from rivumi_analysis.audit import record_from_run
+    from rivumi_analysis.fleet_audit import audit
     from rivumi_analysis.read.discovery import discover
     from rivumi_analysis.read.snapshot import read_run
 

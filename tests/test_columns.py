@@ -90,7 +90,8 @@ def test_result_size_counts_the_clipped_bytes(fleet: Any) -> None:
     prev = events.with_columns(
         pl.col("data").str.json_decode(pl.Struct({"preview": pl.Utf8, "tool_call_id": pl.Utf8}))
         .alias("d")).unnest("d").filter(pl.col("preview").is_not_null())
-    j = tools.join(prev, on=["run_dir", "tool_call_id"])
+    # joined by the completion's line: ids repeat (a continued session reuses call_0)
+    j = tools.join(prev, left_on=["run_dir", "completed_line_no"], right_on=["run_dir", "line_no"])
     plain = j.filter(~pl.col("result_clipped"))
     assert plain.height > 100
     assert (plain["result_bytes"] == plain["preview"].str.len_bytes()).all()

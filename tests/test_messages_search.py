@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import polars as pl
@@ -126,8 +127,10 @@ def _oracle(fleet: Any, pattern: str, flags: int = 0) -> list[tuple[Any, ...]]:
     out = []
     for name, cols in SEARCH_TABLES.items():
         df = _table(name, fleet)
-        seq = df["requested_sequence" if name == "tool_calls" else "sequence"].to_list()
-        line = [None] * df.height if name == "tool_calls" else df["line_no"].to_list()
+        none = [None] * df.height
+        seq = (none if name == "runs" else
+               df["requested_sequence" if name == "tool_calls" else "sequence"].to_list())
+        line = none if name == "runs" else df["line_no"].to_list()
         for col in cols:
             for k, text in enumerate(df[col].to_list()):
                 if text is not None and rx.search(text):
@@ -168,3 +171,26 @@ def test_search_fallback_snippet_ignore_case_and_cli(capsys) -> None:
     assert cli.main(["search", r"(?<=def )add\(", str(EXAMPLE_DIR), "--format", "jsonl"]) == 0
     rows = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
     assert rows and all("def add(" in r["snippet"] for r in rows)
+
+
+def test_search_covers_tool_errors_results_model_content_and_instructions(fleet: Any) -> None:
+    """The text a user looks for is found where it lives (issue 29, item 6): a tool's error
+    (tool_calls.error), its arguments and its result preview, the model's reply and the task
+    instruction; each column is searched and reports its own hits."""
+    tc = ra.tool_calls_df(fleet)
+    err = tc.filter(pl.col("error").str.starts_with("No such file") | pl.col("error")
+                    .str.starts_with("command exited"))["error"][0]
+    hits = search(fleet, err[:22], tables=["tool_calls"])
+    want = tc.filter(pl.col("error").str.contains(err[:22], literal=True))
+    assert set(hits["column"]) >= {"error"}
+    assert hits.filter(pl.col("column") == "error").height == want.height > 0
+    assert set(hits.filter(pl.col("column") == "error")["line_no"]) == set(want["line_no"])
+    # a result preview (check output) and a model reply live in messages.content
+    assert search(fleet, r"short test summary info", tables=["messages"]).height > 0
+    assert search(fleet, r"re-ran the test suite", tables=["messages"]).height > 0
+    runs = ra.runs_df(fleet)
+    instr = runs["instruction_summary"].drop_nulls()[0]
+    got = search(fleet, re.escape(instr), tables=["runs"])
+    assert got.height == runs.filter(pl.col("instruction_summary") == instr).height
+    assert set(got["column"]) == {"instruction_summary"} and got["sequence"].null_count() \
+        == got.height

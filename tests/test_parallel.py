@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-import rivumi_analysis.read.cache as C
 import rivumi_analysis.read.decode as D
-from rivumi_analysis.audit import audit
+import rivumi_analysis.read.executor as X
+from rivumi_analysis.fleet_audit import audit
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def test_parallel_equals_serial(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(C, "PARALLEL_MIN_RUNS", 4)
+    monkeypatch.setattr(X, "POOL_MIN_RUNS", 4)
     serial = audit(FIXTURES, jobs=1)
     parallel = audit(FIXTURES, jobs=2)
     assert len(serial.runs) >= 8
@@ -27,7 +27,7 @@ def test_parallel_equals_serial(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_progress_counts_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(C, "PARALLEL_MIN_RUNS", 4)
+    monkeypatch.setattr(X, "POOL_MIN_RUNS", 4)
     seen: list[int] = []
     res = audit(FIXTURES, jobs=2, progress=seen.append)
     assert sum(seen) == len(res.runs)
@@ -109,4 +109,4 @@ def test_cli_cache_and_jobs_flags(tmp_path: Path, capsys: pytest.CaptureFixture[
     c = _cli(capsys, "audit", run, "--format", "json", "--cache-dir", str(tmp_path / "c"))
     assert a[0] == b[0] == c[0] == 0
     assert a[1] == b[1] == c[1] and a[1].startswith("{")
-    assert list((tmp_path / "c").glob("*.sqlite"))
+    assert list((tmp_path / "c" / "store").glob("*/_store.msgpack"))  # the store

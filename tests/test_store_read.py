@@ -420,7 +420,7 @@ def test_eager_read_drops_superseded_rows_and_orders_like_the_scan(
     """Parts holding superseded runs are read whole and their dead blocks dropped with the
     reordering: every table equals the filtered scan ordered row by row, and a cold load."""
     monkeypatch.setattr(core, "PART_RUNS", 4)  # several parts
-    monkeypatch.setattr(core, "LOCAL_POOL_MIN_RUNS", 10 ** 6)  # written in this process
+    monkeypatch.setattr("rivumi_analysis.read.executor.POOL_MIN_RUNS", 10 ** 6)  # here
     store = tmp_path / "store"
     ra.events_df(str(fleet), store_dir=store)
     # only the last run discovered changes: its new part comes last, so the blocks left are

@@ -78,6 +78,13 @@ def test_public_loaders_take_the_columnar_path_and_equal_the_builders() -> None:
     assert all(heights.values())  # every table has rows on the sample runs
 
 
+@pytest.fixture(autouse=True)
+def _pool_from_16_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``jobs=2`` takes worker processes on these small fleets (the default threshold is
+    for speed), so the pooled paths are compared with the in-process ones."""
+    monkeypatch.setattr("rivumi_analysis.read.executor.POOL_MIN_RUNS", 16)
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> str:
     from rivumi_analysis.synth.corpus import generate_corpus
@@ -232,7 +239,6 @@ def test_states_prepared_in_a_pool_equal_the_reference(
     logs[4].write_bytes(data + data.splitlines(keepends=True)[-1])
     monkeypatch.setenv(_columnar.ENGINE_ENV, engine)
     ref = states_df(str(copy), engine="reference")
-    monkeypatch.setattr(states_mod, "STATES_POOL_MIN_RUNS", 16)
     used = []
     real = states_mod._states_in_pool
 
@@ -340,11 +346,13 @@ def test_a_timestamp_arrow_refuses_reads_the_segment_exactly(
         calls.append(args)
 
     runs = load_fleet(corpus).runs
+    pool_from = "rivumi_analysis.read.executor.POOL_MIN_RUNS"
     monkeypatch.setattr(ev, "_finish", refuse)
     _check_events(corpus, runs, jobs=(1, 2))
     assert calls
     calls.clear()
     monkeypatch.undo()
+    monkeypatch.setattr(pool_from, 16)  # (undone above with the rest)
 
     def refuse_some(seg: Any, rows_before: int, bytes_before: int) -> Any:
         if len(calls) % 2 == 0:  # every other segment: clean and re-read ones side by side

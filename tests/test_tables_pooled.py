@@ -21,7 +21,7 @@ from polars.testing import assert_frame_equal
 
 from rivumi_analysis import audit as _audit
 from rivumi_analysis.errors import QuarantineError
-from rivumi_analysis.read import cache as _cache
+from rivumi_analysis.read import executor as _executor
 from rivumi_analysis.read import uri as _uri
 from rivumi_analysis.read.snapshot import RunData, load_fleet
 from rivumi_analysis.tables import _common, manifests, messages, quarantine, runs
@@ -48,6 +48,12 @@ def _load(name: str, source: Any, jobs: int | None, strict: bool = False) -> pl.
     rows, model, table, _df, _frame = TABLES[name]
     return _common.load_rows(source, strict=strict, max_depth=8, rows=rows, model=model,
                              table=table, jobs=jobs)
+
+
+@pytest.fixture(autouse=True)
+def _pool_from_32_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sample fleet (94 runs) takes the pool (the default threshold is for speed)."""
+    monkeypatch.setattr(_executor, "POOL_MIN_RUNS", 32)
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +117,7 @@ def test_strict_raises_the_same_quarantine_table(name: str, fleet: Path) -> None
         assert str(err) == str(errors[0])
     clean = [str(fleet / group) for group in ("failed", "cancelled", "resumed", "subagents",
                                               "external", "example")]
-    assert len(load_fleet(clean).runs) >= _cache.PARALLEL_MIN_RUNS
+    assert len(load_fleet(clean).runs) >= _executor.POOL_MIN_RUNS
     assert_frame_equal(_load(name, clean, 2, strict=True),  # no line quarantined
                        TABLES[name][4](load_fleet(clean).runs))
 
@@ -139,17 +145,13 @@ _REAL_RECORD = _audit.record_from_run
 
 def test_a_run_whose_audit_raises_has_the_same_error_record(
         fleet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import multiprocessing as mp
-
-    # forked workers see the patched audit (a spawned one would import the real one)
-    monkeypatch.setattr(_cache, "_pool_context", lambda: mp.get_context("fork"))
+    # (in this process: a worker imports the real audit, not the patched one)
     monkeypatch.setattr(_audit, "record_from_run", _raising_record)
     want = runs.runs_frame(load_fleet(str(fleet)).runs)
     errors = want.filter(pl.col("verdict") == "error")
     assert errors.height == len(list(fleet.glob("forks/*")))  # sources and forks
     assert errors["message"].str.contains("internal error: ValueError: cannot audit").all()
-    for jobs in (2, 1):
-        assert_frame_equal(_load("runs", str(fleet), jobs), want)
+    assert_frame_equal(_load("runs", str(fleet), 1), want)
 
 
 def test_object_storage_runs_are_read_in_this_process(
@@ -157,13 +159,13 @@ def test_object_storage_runs_are_read_in_this_process(
     from pyarrow.fs import LocalFileSystem
 
     seen = []
-    real = _common.map_chunks
+    real = _executor.choose
 
-    def spy(work: Any, locations: list[Any], jobs: int | None = None) -> list[Any]:
-        seen.append(jobs)
-        return real(work, locations, jobs)
+    def spy(*a: Any, **k: Any) -> Any:
+        seen.append(real(*a, **k))
+        return seen[-1]
 
-    monkeypatch.setattr(_common, "map_chunks", spy)
+    monkeypatch.setattr(_executor, "choose", spy)
     _uri.register_filesystem("pooltest://", LocalFileSystem())
     try:
         source = f"pooltest://{fleet}"
@@ -171,7 +173,7 @@ def test_object_storage_runs_are_read_in_this_process(
         want = manifests.manifests_frame(load_fleet(source).runs)
     finally:
         _uri.unregister_filesystem("pooltest://")
-    assert seen == [1]
+    assert len(seen) == 1 and isinstance(seen[0][0], _executor.InProcess)
     assert_frame_equal(got, want)
     assert got.height == _load("manifests", str(fleet), 2).height
 

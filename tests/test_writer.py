@@ -160,7 +160,7 @@ def test_corpus_fast_mode_runs_are_consistent(tmp_path: Path) -> None:
     rd = Path(generate_single_log(str(tmp_path / "big"), log_mb=1.0))
     assert (rd / "events.jsonl").stat().st_size > 0.9e6
     try:
-        from rivumi_analysis.audit import audit
+        from rivumi_analysis.fleet_audit import audit
     except ImportError:
         return
     verdicts = {r["verdict"] for r in audit(str(tmp_path / "c")).runs}

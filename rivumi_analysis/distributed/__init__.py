@@ -25,8 +25,17 @@ from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover
 from ._chunks import DEFAULT_RUNS_PER_TASK, Chunk, chunk_key, make_chunks
 
 __all__ = ["ENGINES", "Chunk", "ChunkBar", "ChunkFailedError", "ChunkFailure", "EngineSummary",
-           "ExportResult", "RayAuditResult", "StoreResult", "audit", "audit_dataset",
-           "chunk_key", "export", "make_chunks", "store"]
+           "ExportResult", "RayAuditResult", "RayExecutor", "StoreResult", "audit",
+           "audit_dataset", "chunk_key", "export", "make_chunks", "store"]
+
+
+def __getattr__(name: str) -> Any:
+    """``RayExecutor`` (``read.executor``'s interface on Ray), imported when asked for."""
+    if name == "RayExecutor":
+        from ._store import RayExecutor
+
+        return RayExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 ENGINES = ("process", "ray")
 
@@ -104,11 +113,12 @@ def audit(source: Source | None = None, *, engine: str = "process",
     """Audit every run below ``source`` on the chosen engine; the same records either way.
 
     Args:
-        engine: ``"process"`` (local pool, see :func:`rivumi_analysis.audit.audit`) or
+        engine: ``"process"`` (local pool, see :func:`rivumi_analysis.fleet_audit.audit`) or
             ``"ray"``.
         runs_per_task: runs per Ray task (``"ray"`` only).
-        jobs, cache, cache_dir: the process engine's options. The Ray engine never uses the
-            local incremental cache (a cold audit equals a warm one).
+        jobs, cache, cache_dir: the process engine's options (see
+            :func:`rivumi_analysis.fleet_audit.audit`; a listing, ``runs_from``, is audited
+            without the store). The Ray engine never uses the local store.
         progress: called with the number of runs just finished.
         on_chunk: (``"ray"``) called after each finished chunk with ``(chunks done, chunks,
             runs, bytes)`` of that chunk (see :class:`ChunkBar`).
@@ -131,23 +141,20 @@ def audit(source: Source | None = None, *, engine: str = "process",
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if engine == "process" and runs_from is None:
-        from ..audit import audit as local_audit
+        from ..fleet_audit import audit as local_audit
 
         return local_audit(source, max_depth=max_depth, progress=progress, jobs=jobs,
                            cache=cache, cache_dir=cache_dir)
     found = _find(source, max_depth, runs_from)
-    if engine == "process":
-        from ..audit import RECORDER, SCHEMA_VERSION
-        from ..read.cache import AuditCache, run_fleet
+    if engine == "process":  # the runs of a listing: no store (it is keyed by sources)
+        from ..audit import audit_chunk
+        from ..read.executor import map_chunks
 
-        use_cache = cache if cache is not None else cache_dir is not None
-        store = AuditCache(cache_dir, schema_version=SCHEMA_VERSION) if use_cache else None
-        try:
-            records = run_fleet(found.runs, recorder=RECORDER, jobs=jobs, cache=store,
-                                progress=progress)
-        finally:
-            if store is not None:
-                store.close()
+        records = []
+        for chunk in map_chunks(audit_chunk, found.runs, jobs=jobs):
+            records.extend(chunk)
+            if progress is not None:
+                progress(len(chunk))
         return AuditResult(runs=sorted(records, key=lambda r: r["run_dir"]), skipped=[],
                            root_used=None)
     records, summary = _ray_audit_records(found.runs, runs_per_task=runs_per_task,

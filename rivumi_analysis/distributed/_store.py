@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pickle
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -46,8 +46,35 @@ def store_chunk_task(batch: pa.Table, fault: str | None = None,
                     schema=RESULT_SCHEMA)
 
 
+def call_task(batch: pa.Table, fault: str | None = None,
+              filesystems: dict[str, Any] | None = None) -> pa.Table:
+    """One ``(work, chunk)`` in (cloudpickled), ``work(chunk)`` out (pickled)."""
+    import cloudpickle
+
+    from ._tasks import use_filesystems
+
+    use_filesystems(filesystems)
+    if batch.num_rows != 1:
+        raise ValueError(f"a task gets exactly one chunk, not {batch.num_rows}")
+    t0 = time.perf_counter()
+    work, chunk = cloudpickle.loads(batch.column("task")[0].as_py())
+    out = pickle.dumps(work(chunk), protocol=pickle.HIGHEST_PROTOCOL)
+    key = batch.column("key")[0].as_py()
+    return pa.table({"key": [key], "result": [out], "runs": [_runs_in(chunk)], "bytes": [0],
+                     "seconds": [time.perf_counter() - t0]}, schema=RESULT_SCHEMA)
+
+
+def _runs_in(chunk: Any) -> int:
+    try:
+        return len(getattr(chunk, "locations", chunk))
+    except TypeError:
+        return 1
+
+
 class RayExecutor:
-    """A store ``ChunkExecutor`` running ``store.run_chunk`` in Ray tasks.
+    """Runs chunks in Ray tasks, behind the same interface as the local pool
+    (``read.executor.Executor``: :meth:`map`), and as the store's ``ChunkExecutor``
+    (calling it with ``ChunkTask``s runs ``store.run_chunk`` on each).
 
     After a call, :attr:`summary` holds the engine summary (chunks, runs, bytes, start-up and
     job seconds, failed chunks with their runs).
@@ -60,6 +87,44 @@ class RayExecutor:
         self.ray_init = ray_init
         self.on_chunk = on_chunk
         self.summary: Any = None
+
+    def map(self, work: Callable[[Any], Any], chunks: Sequence[Any]) -> Iterator[Any]:
+        """``work`` over ``chunks`` in Ray tasks (``work`` and each chunk cloudpickled, so a
+        function defined in a script or notebook works); results in chunk order. A chunk
+        that gives no result after Ray's retries raises :class:`ChunkFailedError`."""
+        import cloudpickle
+
+        from . import ChunkFailedError, ChunkFailure, EngineSummary, _ray, _task_kwargs_for
+
+        chunks = list(chunks)
+        _started, startup = _ray.ensure_ray(self.ray_init)
+        t0 = time.perf_counter()
+        results: dict[str, Any] = {}
+        secs = 0.0
+        if chunks:
+            paths = [getattr(loc, "run_dir", loc) for c in chunks
+                     for loc in getattr(c, "locations", c if isinstance(c, list) else [])
+                     if isinstance(getattr(loc, "run_dir", loc), str)]
+            items = [{"key": str(i), "task": cloudpickle.dumps((work, c))}
+                     for i, c in enumerate(chunks)]
+            ds = _ray.item_dataset(items, call_task, fn_kwargs=_task_kwargs_for(paths),
+                                   ray_remote_args=self.ray_remote_args)
+            for batch in _ray.iter_result_batches(ds):
+                for row in batch.to_pylist():
+                    if row["key"] not in results:  # a chunk delivered twice counts once
+                        results[row["key"]] = pickle.loads(row["result"])
+                        secs += row["seconds"]
+                        if self.on_chunk is not None:
+                            self.on_chunk(len(results), len(chunks), row["runs"], 0)
+        missing = [i for i in range(len(chunks)) if str(i) not in results]
+        failures = tuple(ChunkFailure(str(i), (), f"chunk {i} gave no result on the cluster")
+                         for i in missing)
+        self.summary = EngineSummary("ray", len(chunks), len(results),
+                                     sum(_runs_in(c) for c in chunks), 0, startup,
+                                     time.perf_counter() - t0, failures, secs)
+        if failures:
+            raise ChunkFailedError(self.summary.text(), failures)
+        return iter([results[str(i)] for i in range(len(chunks))])
 
     def __call__(self, tasks: Sequence[Any]) -> list[Any]:
         from . import ChunkFailedError, ChunkFailure, EngineSummary, _ray, _task_kwargs_for

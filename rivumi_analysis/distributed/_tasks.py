@@ -1,7 +1,7 @@
 """Task functions run on workers (pure Python + pyarrow; no Ray import needed here).
 
 Every task turns one chunk row into a small Arrow table, using the same per-run function as
-the local process pool (``read.cache._chunk_worker``), so both engines give identical records.
+the local executor (``audit.audit_chunk``), so both engines give identical records.
 """
 
 from __future__ import annotations
@@ -50,14 +50,14 @@ def chunk_of(batch: pa.Table) -> Chunk:
 
 
 def audit_records(chunk: Chunk) -> list[dict[str, Any]]:
-    """Audit records of a chunk's runs, by the process pool's own per-run function."""
-    from ..audit import RECORDER
-    from ..read.cache import Job, _chunk_worker
+    """Audit records of a chunk's runs, by the local executor's own chunk function."""
+    from ..audit import audit_chunk
+    from ..read.discovery import RunLocation
 
-    jobs = [Job(d, s, p) for d, s, p in zip(chunk.run_dirs, chunk.subagent, chunk.parents,
-                                            strict=True)]
+    locs = [RunLocation(d, s, p) for d, s, p in zip(chunk.run_dirs, chunk.subagent,
+                                                     chunk.parents, strict=True)]
     with working_dir(chunk.base):
-        return [rec for rec, _row in _chunk_worker(jobs, frozenset(), RECORDER)]
+        return audit_chunk(locs)
 
 
 def run_bytes(run_dir: str) -> int:

@@ -45,7 +45,7 @@ may be a write still in flight: :func:`_tail_in_flight` waits for it. ``write()`
 mtime before it copies a byte, so an in-flight line's mtime is as old as the writer's
 preemption (milliseconds, even on a loaded machine); 2 s is far above that, and a crashed
 run's log is older than that by the time it is audited, except right after the crash. (The
-same window as ``read.cache.RACY_SECONDS``.)"""
+same window as ``read.incremental.RACY_SECONDS``.)"""
 TAIL_WAIT_SECONDS = 0.25
 """Bound on the sleeps waiting for an in-flight line to complete (doubling from
 :data:`RETRY_SLEEP_SECONDS`: 2, 4, ... 128 ms, 254 ms in all, once per read). A writer
@@ -472,7 +472,7 @@ def _writer_lock(run_dir: str, held_locks: frozenset[str] | None = None,
     """Token in ``.writer.lock`` and whether some process holds the lock (never taking it).
 
     ``held_locks``: the keys of ``/proc/locks`` as the caller read them for a batch of runs
-    (``read.cache.proc_locked_keys``); None reads them now.
+    (``read.incremental.proc_locked_keys``); None reads them now.
     """
     path = os.path.join(run_dir, ".writer.lock")
     fr = read_file(path, limit=4096)
@@ -538,7 +538,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     while being read (bounded attempts; ``live_changed`` when no stable snapshot was had),
     and while its log's torn tail may be a line still being appended (:func:`_tail_in_flight`).
 
-    ``events_prefix`` (the incremental cache, ``read.cache.EventsPrefix``) supplies the decoded
+    ``events_prefix`` (the incremental cache, ``read.incremental.EventsPrefix``) supplies the decoded
     complete lines of an already-read prefix; it is used only when ``events_prefix.matches``
     the bytes just read. ``decoded_out``, when given, receives ``(lines, events)`` as decoded
     (before the kind-dependent warnings), for the cache to store.
@@ -567,7 +567,7 @@ def read_run(run_dir: str, *, is_subagent: bool = False,
     another key of them).
 
     ``held_locks``: the keys of ``/proc/locks`` read once for a batch of runs
-    (``read.cache.proc_locked_keys``), instead of once per run; None reads them now.
+    (``read.incremental.proc_locked_keys``), instead of once per run; None reads them now.
     """
     # object-storage runs (``s3://...``) read through ``read.uri``; local paths as always
     io = _io_for(run_dir)

@@ -14,6 +14,7 @@ credentials. They are picklable, so the Ray engine hands them to its workers.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -165,14 +166,50 @@ def list_dir(uri: str) -> list[tuple[str, str]] | None:
     """
     from pyarrow import fs as pafs
 
-    try:
-        fs, path = resolve(uri)
-        infos = fs.get_file_info(pafs.FileSelector(path.rstrip("/"), allow_not_found=True,
-                                                   recursive=False))
-    except (OSError, ValueError):
+    infos = _entries(uri)
+    if infos is None:
         return None
     out = [(info.base_name, _kind(pafs, info)) for info in infos]
     return sorted(o for o in out if o[0])
+
+
+def _entries(uri: str, *, allow_not_found: bool = True) -> list[Any] | None:
+    """The ``FileInfo`` of every entry directly below ``uri`` (one listing request), or None
+    when it cannot be listed."""
+    from pyarrow import fs as pafs
+
+    try:
+        fs, path = resolve(uri)
+        return fs.get_file_info(pafs.FileSelector(path.rstrip("/"),
+                                                  allow_not_found=allow_not_found,
+                                                  recursive=False))
+    except (OSError, ValueError):
+        return None
+
+
+def object_fingerprint(run_dir: str) -> tuple[bytes, int] | None:
+    """What a run folder on object storage looks like now: for every object directly below it,
+    its name, kind, size and modification time, in one listing request (object stores give
+    no inode or ctime; ``pyarrow.fs`` gives no ETag). Returns the encoded listing and the
+    newest modification time (ns), or None when it cannot be listed.
+
+    A rewrite within the store's timestamp granularity (one second on S3) keeping the size
+    shows only through the racy window: a run whose newest object is younger than
+    ``read.incremental.RACY_SECONDS`` when read is read again next time.
+    """
+    import msgspec
+    from pyarrow import fs as pafs
+
+    infos = _entries(run_dir, allow_not_found=False)
+    if infos is None:
+        return None
+    rows = sorted((i.base_name, _kind(pafs, i), i.size or 0, i.mtime_ns or 0)
+                  for i in infos if i.base_name)
+    newest = max((r[3] for r in rows), default=0)
+    try:
+        return msgspec.msgpack.encode(rows), newest
+    except UnicodeEncodeError:  # a name that is not UTF-8
+        return msgspec.msgpack.encode([(os.fsencode(r[0]), *r[1:]) for r in rows]), newest
 
 
 def tree_bytes(uri: str) -> int:

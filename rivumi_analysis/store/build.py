@@ -32,7 +32,7 @@ from ..tables.registry import build_order, names
 TABLES: tuple[str, ...] = names(stored=True)
 """Every table the store materialises, in a stable order (the registry's)."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the dataset layout and columns (in each file's metadata)."""
 
 _KEY_RE = re.compile(r"[A-Za-z0-9_.-]+\Z")
@@ -144,7 +144,7 @@ def read_for_tables(loc: RunLocation, *, events_prefix: Any = None,
 
 def read_runs_for_tables(locations: Iterable[RunLocation | str]) -> list[RunData]:
     """:func:`read_for_tables` of every location (a string is a top-level run directory)."""
-    from ..read.cache import proc_locked_keys
+    from ..read.incremental import proc_locked_keys
 
     out = []
     held: frozenset[str] | None = None

@@ -15,7 +15,7 @@ files); and, per part file, its size, mtime, inode and BLAKE2b.
 Opening the store stats the fleet and re-reads only runs whose fingerprint changed (new,
 grown, rewritten, truncated, replaced by a symlink, lock taken or released), runs that were
 volatile when read (a writer held the lock, the read was not stable, or a file was modified
-within ``read.cache.RACY_SECONDS``), and runs whose part file is damaged. Their rows go to a new
+within ``read.incremental.RACY_SECONDS``), and runs whose part file is damaged. Their rows go to a new
 *delta* part (key ``g<generation>-<n>``); a run's rows are valid only in the part the
 manifest names for it (an overlay: scans of a part that holds superseded runs filter on the
 live ``run_dir`` set). Removed runs leave the manifest. Small parts are compacted from
@@ -33,7 +33,9 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import functools
 import hashlib
+import itertools
 import os
 import pickle
 import re
@@ -50,9 +52,9 @@ from typing import Any, TypeVar
 import msgspec
 
 from ..errors import StoreError
-from ..read.cache import RACY_SECONDS, Fingerprint, code_fingerprint
-from ..read.cache import proc_locked_keys as _held_keys
 from ..read.discovery import DEFAULT_MAX_DEPTH, RunLocation, Source, discover, normalize_sources
+from ..read.incremental import RACY_SECONDS, Fingerprint, code_fingerprint
+from ..read.incremental import proc_locked_keys as _held_keys
 from ..read.snapshot import _lock_key, gc_paused
 from .build import (
     TABLES,
@@ -76,13 +78,15 @@ COMPACT_MIN_PARTS = 8
 GC_GRACE_SECONDS = 300.0
 """Unreferenced files younger than this are kept (a reader may hold the old manifest)."""
 LOCK_TIMEOUT_SECONDS = 120.0
-PARALLEL_MIN_RUNS = 64
-"""Above this many runs to re-read, they are cut into one chunk per job (for an executor)."""
-LOCAL_POOL_MIN_RUNS = 256
-"""Below this many runs, the local executor runs the chunks in this process: a spawned
-worker's start-up (imports) costs about as much as building a hundred runs."""
+MIN_CHUNK_RUNS = 32
+"""The fewest runs a chunk holds when runs are spread over several jobs."""
 PREFIX_DIR = "_prefix"
 """Decoded ``events.jsonl`` prefixes of live runs (``_prefix/part-<key>.pickle``)."""
+AUDIT_DIR = "_audit"
+"""Each part's audit records (``_audit/part-<key>.pickle``: run_dir -> record), what
+``audit`` serves from the store: the rows of the ``runs`` table's record columns (a full part)
+or the audit's own reading (a part written by an audit, which holds no table)."""
+SIDE_DIRS = (PREFIX_DIR, AUDIT_DIR)
 
 T = TypeVar("T")
 
@@ -181,6 +185,9 @@ def light_fingerprint(run_dir: str, names: list[str] | None = None) -> bytes | N
     >>> light_fingerprint(d) == run_fingerprint(d, frozenset()).light
     True
     """
+    if "://" in run_dir:  # object storage: the whole listing (one request either way)
+        fp = _object_fingerprint(run_dir)
+        return None if fp is None else fp.light
     names = _listing(run_dir, names)
     if names is None:
         return None
@@ -203,7 +210,7 @@ def run_fingerprint(run_dir: str, held: frozenset[str],
     """What a run's rows depend on, from one listing of the run folder: the sorted entry
     names, and for the files the toolkit reads (:data:`CONTENT_FILES`) an ``lstat`` (mode,
     size, mtime, ctime, inode, device), plus whether a process holds ``.writer.lock``
-    (``held``: ``read.cache.proc_locked_keys()``). ``names``: the listing discovery already
+    (``held``: ``read.incremental.proc_locked_keys()``). ``names``: the listing discovery already
     read (``discover(listings=...)``). ``None``: not listable. ``light``: the
     :func:`light_fingerprint` of the same stats (no extra system call).
 
@@ -216,6 +223,8 @@ def run_fingerprint(run_dir: str, held: frozenset[str],
     >>> fp is not None and fp.events_identity is not None
     True
     """
+    if "://" in run_dir:
+        return _object_fingerprint(run_dir)
     names = _listing(run_dir, names)
     if names is None:
         return None
@@ -263,6 +272,19 @@ def run_fingerprint(run_dir: str, held: frozenset[str],
                                        if isinstance(r, tuple) and isinstance(r[0], str)
                                        else r for r in rows])
     return RunFingerprint(blob, newest, events_identity, _light_blob(light, backend))
+
+
+def _object_fingerprint(run_dir: str) -> RunFingerprint | None:
+    """:func:`run_fingerprint` of a run folder on object storage (a ``pyarrow.fs`` URI): every
+    object's name, kind, size and modification time (``read.uri.object_fingerprint``); the
+    light fingerprint is the same listing."""
+    from ..read.uri import object_fingerprint
+
+    got = object_fingerprint(run_dir)
+    if got is None:
+        return None
+    blob, newest = got
+    return RunFingerprint(blob, newest, None, blob)
 
 
 # --- manifest --------------------------------------------------------------------------------
@@ -334,7 +356,9 @@ def _with_paths(doc: dict[str, Any], f: Callable[[Any], Any]) -> dict[str, Any]:
                 "folders": [[f(x[0]), *x[1:]] for x in doc["discovery"]["folders"]],
                 "unreadable": [f(x) for x in doc["discovery"].get("unreadable", [])],
                 "runs": [[ident, [f(n) for n in names]]
-                         for ident, names in doc["discovery"]["runs"]]}}
+                         for ident, names in doc["discovery"]["runs"]],
+                "skipped": [[f(p), r] for p, r in doc["discovery"].get("skipped", ())],
+                "root_used": f(doc["discovery"].get("root_used"))}}
 
 
 def _decode_manifest(blob: bytes) -> Manifest | None:
@@ -461,7 +485,7 @@ class Store:
             os.close(fd)
 
     def _plan(self, m: Manifest | None, locs: list[RunLocation], fps: dict[str, Any],
-              verify: bool) -> tuple[list[RunLocation], list[str]]:
+              verify: bool, audit_only: bool = False) -> tuple[list[RunLocation], list[str]]:
         if m is None:
             return list(locs), []
         damaged = self.damaged_parts(m, deep=verify)
@@ -470,7 +494,7 @@ class Store:
             e = m.runs.get(loc.run_dir)
             fp = fps.get(loc.run_dir)
             if (not _entry_settled(e, loc, m.parts) or fp is None or e["fp"] != fp.blob
-                    or e["part"] in damaged):
+                    or e["part"] in damaged or not (audit_only or e.get("full", True))):
                 todo.append(loc)
         present = {loc.run_dir for loc in locs}
         removed = [r for r in m.runs if r not in present]
@@ -483,7 +507,8 @@ class Store:
                 listings: dict[str, list[str]] | None = None,
                 current: tuple[Manifest | None, tuple[int, ...] | None] | None = None,
                 discovery: dict[str, Any] | None = None,
-                held_locks: Callable[[], frozenset[str]] | None = None) -> Manifest:
+                held_locks: Callable[[], frozenset[str]] | None = None,
+                audit_only: bool = False) -> Manifest:
         """Bring the store up to date with ``locations`` (the discovered fleet).
 
         Reads only what changed (see the module docstring); takes the lock only to write.
@@ -502,39 +527,44 @@ class Store:
         ``held_locks``: returns the held file locks the stat pass uses (default: read
         ``/proc/locks`` when the pass starts; :func:`open_store` reads them in a thread
         started before the manifest, see :class:`_HeldLocks`).
+        ``audit_only``: bring only the audit records up to date (what ``audit`` reads): a run
+        that must be read is read as the audit reads it and its part holds its record and no
+        table (its entry is not ``full``); a table load's refresh reads such runs again.
 
         A first build of a large fleet starts its worker processes before the stat pass,
         so their start-up (imports) overlaps it (:func:`_early_pool`).
         """
         t0 = time.perf_counter()
         locs = list(locations)
-        with _early_pool(*self._early_jobs(locs, jobs, executor, current)) as pool:
+        with _early_pool(*self._early_jobs(locs, jobs, executor, current),
+                         audit_only=audit_only) as pool:
             return self._refresh(t0, locs, sources=sources, max_depth=max_depth,
                                  verify=verify, compact=compact, jobs=jobs, executor=executor,
                                  listings=listings, current=current, discovery=discovery,
-                                 pool=pool, held_locks=held_locks)
+                                 pool=pool, held_locks=held_locks, audit_only=audit_only)
 
     def _early_jobs(self, locs: list[RunLocation], jobs: int | None,
                     executor: ChunkExecutor | None,
                     current: tuple[Manifest | None, tuple[int, ...] | None] | None,
                     ) -> tuple[int, bool]:
         """``(jobs, whether to start them before the stat pass)``: yes for a first build (no
-        manifest) of at least :data:`LOCAL_POOL_MIN_RUNS` runs by the local executor, which
-        then runs its chunks in worker processes."""
-        from ..read.cache import default_jobs
+        manifest) by the local executor that runs its chunks in worker processes
+        (``read.executor.pool_workers``; runs on local disk)."""
+        from ..read.executor import on_object_storage, pool_workers
 
-        n_jobs = default_jobs() if jobs is None else max(1, jobs)
+        n_jobs = pool_workers(len(locs), jobs)
         local = getattr(executor, "func", executor) in (None, local_executor)
         first = (current[0] is None) if current is not None else (
             self._manifest_identity() is None)
-        return n_jobs, local and first and n_jobs > 1 and len(locs) >= LOCAL_POOL_MIN_RUNS
+        return n_jobs, (local and first and n_jobs > 1 and not on_object_storage(locs[:1]))
 
     def _refresh(self, t0: float, locs: list[RunLocation], *, sources: Sequence[str],
                  max_depth: int, verify: bool, compact: bool, jobs: int | None,
                  executor: ChunkExecutor | None, listings: dict[str, list[str]] | None,
                  current: tuple[Manifest | None, tuple[int, ...] | None] | None,
                  discovery: dict[str, Any] | None, pool: Any,
-                 held_locks: Callable[[], frozenset[str]] | None = None) -> Manifest:
+                 held_locks: Callable[[], frozenset[str]] | None = None,
+                 audit_only: bool = False) -> Manifest:
         """:meth:`refresh` (``pool``: worker processes already started, or None)."""
         order = [loc.run_dir for loc in locs]
         held = held_locks() if held_locks is not None else _held_keys()
@@ -553,7 +583,7 @@ class Store:
             m, ident = self._manifest_and_identity()
         else:
             m, ident = current
-        todo, removed = self._plan(m, locs, fps, verify)
+        todo, removed = self._plan(m, locs, fps, verify, audit_only)
         if up_to_date(m, todo, removed):
             assert m is not None
             if discovery is not None and discovery is not m.discovery and _more_trusted(
@@ -565,7 +595,7 @@ class Store:
             if ident is None or self._manifest_identity() != ident:
                 # another refresher may have done the work meanwhile
                 m = self.manifest()
-                todo, removed = self._plan(m, locs, fps, verify)
+                todo, removed = self._plan(m, locs, fps, verify, audit_only)
                 if up_to_date(m, todo, removed):
                     return m
             gen = (m.generation if m is not None else self._newest_generation()) + 1
@@ -576,7 +606,7 @@ class Store:
             written = 0
             incremental = 0
             for key, part, entries in self._write_chunks(gen, todo, fps, jobs,
-                                                               executor, m, pool):
+                                                               executor, m, pool, audit_only):
                 parts[key] = part
                 # the light fingerprint of the very stats the entry's "fp" is (set here, not
                 # by the chunk: executors and the distributed engine stay as they are)
@@ -585,7 +615,10 @@ class Store:
                 written += 1
                 self._cut("part_written")
             new = Manifest(gen, order, runs, parts, list(sources), max_depth, discovery,
-                           schema_blobs())
+                           # (an audit's refresh imports no polars: the schemas are
+                           # written by the next table load's refresh)
+                           (m.schemas if m is not None else None) if audit_only
+                           else schema_blobs())
             self._drop_dead_parts(new)
             compacted = self._maybe_compact(new, force=compact)
             if compacted:
@@ -621,7 +654,7 @@ class Store:
         an old toolkit's reader may still read the files its manifest names, so a rebuild
         never reuses their names)."""
         newest = 0
-        for table in (*TABLES, PREFIX_DIR):
+        for table in (*TABLES, *SIDE_DIRS):
             for _dirpath, _dirs, names in os.walk(self.path(table)):
                 for name in names:
                     m = _PART_RE.match(name)
@@ -644,6 +677,35 @@ class Store:
             return {}
         return recs if isinstance(recs, dict) else {}
 
+    def _audit_records(self, m: Manifest, key: str) -> dict[str, Any]:
+        """The audit records of a part's runs (empty when its file is missing or damaged:
+        :meth:`damaged_parts` then has the part re-read by the next refresh)."""
+        f = next((f for f in m.parts.get(key, {}).get("files", ())
+                  if f["table"] == AUDIT_DIR), None)
+        if f is None or not self._file_intact(f):
+            return {}
+        try:
+            with open(self.path(f["path"]), "rb") as fh:
+                recs = pickle.load(fh)
+        except Exception:  # a damaged file is a miss, never an error
+            return {}
+        return recs if isinstance(recs, dict) else {}
+
+    def audit_records(self, m: Manifest) -> list[dict[str, Any]] | None:
+        """Every run's audit record, in the manifest's run order (``None`` when a part's
+        records cannot be read: the caller refreshes or audits without the store)."""
+        by_part: dict[str, dict[str, Any]] = {}
+        out = []
+        for r in m.order:
+            key = m.runs[r]["part"]
+            if key not in by_part:
+                by_part[key] = self._audit_records(m, key)
+            rec = by_part[key].get(r)
+            if not isinstance(rec, dict):
+                return None
+            out.append(rec)
+        return out
+
     def _prefixes(self, m: Manifest | None, todo: list[RunLocation]) -> dict[str, bytes]:
         """Stored prefixes of the runs to re-read that had one (checked files only)."""
         if m is None:
@@ -661,35 +723,41 @@ class Store:
 
     def _write_chunks(self, gen: int, todo: list[RunLocation], fps: dict[str, Any],
                       jobs: int | None, executor: ChunkExecutor | None = None,
-                      m: Manifest | None = None, pool: Any = None,
+                      m: Manifest | None = None, pool: Any = None, audit_only: bool = False,
                       ) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
         """Read and write the runs to re-read, a part per :data:`PART_RUNS` runs.
 
         Each :class:`ChunkTask` is run by ``executor`` (default :func:`local_executor`:
         worker processes for several chunks, in-process for one)."""
-        from ..read.cache import default_jobs
+        from ..read.executor import default_jobs, on_object_storage, pool_workers
 
         size = PART_RUNS
-        n_jobs = default_jobs() if jobs is None else max(1, jobs)
         # the local executor (also as functools.partial(local_executor, progress=...))
-        # stays in this process below LOCAL_POOL_MIN_RUNS: there one chunk per PART_RUNS
-        # runs (each chunk costs a fixed validation and a file per table); any other
-        # executor gets one chunk per job from PARALLEL_MIN_RUNS runs
+        # stays in this process for a small fleet (read.executor.pool_workers): there one
+        # chunk per PART_RUNS runs (each chunk costs a fixed validation and a file per
+        # table); a cluster's executor gets one chunk per job from two chunks' worth of runs
         local = getattr(executor, "func", executor) in (None, local_executor)
-        if n_jobs > 1 and len(todo) >= (LOCAL_POOL_MIN_RUNS if local else PARALLEL_MIN_RUNS + 1):
+        n_jobs = (pool_workers(len(todo), jobs) if local
+                  else max(1, jobs or default_jobs()) if len(todo) >= 2 * MIN_CHUNK_RUNS
+                  else 1)
+        if n_jobs > 1 and not (local and on_object_storage(todo[:1])):
             # equal chunks, a multiple of the jobs: 11 chunks on 2 workers left one idle
             rounds = -(-len(todo) // (n_jobs * PART_RUNS))
-            size = max(PARALLEL_MIN_RUNS // 2, -(-len(todo) // (n_jobs * rounds)))
+            size = max(MIN_CHUNK_RUNS, -(-len(todo) // (n_jobs * rounds)))
         prefixes = self._prefixes(m, todo)
         tasks = [ChunkTask(self.directory, f"g{gen:07d}-{i // size:04d}", tuple(todo[i:i + size]),
                            {loc.run_dir: _fp_blob(fps.get(loc.run_dir))
                             for loc in todo[i:i + size]},
                            {loc.run_dir: prefixes[loc.run_dir] for loc in todo[i:i + size]
-                            if loc.run_dir in prefixes})
+                            if loc.run_dir in prefixes}, audit_only)
                  for i in range(0, len(todo), size)]
         if executor is None:
-            results: Iterable[ChunkResult] = local_executor(
-                tasks, jobs=n_jobs, pool=pool, before_rename=self._before_rename())
+            from ..progress import bar
+
+            shown = bar(len(todo), "reading runs")  # the first build's (a refresh's) bar
+            results: Iterable[ChunkResult] = _closing(local_executor(
+                tasks, jobs=n_jobs, pool=pool, before_rename=self._before_rename(),
+                progress=shown.update), shown)
         elif pool is not None and getattr(executor, "func", None) is local_executor:
             results = executor(tasks, pool=pool)  # a partial of local_executor
         else:
@@ -721,9 +789,11 @@ class Store:
     def _maybe_compact(self, m: Manifest, *, force: bool = False) -> bool:
         """Merge small parts into one (from their Parquet rows) once they pile up;
         ``force``: also every part with superseded rows."""
-        small = [k for k in m.parts if len(m.live_runs(k)) < PART_RUNS // 4]
+        # (a part written by an audit holds no table: it is never merged)
+        full = [k for k in m.parts if m.parts[k].get("full", True)]
+        small = [k for k in full if len(m.live_runs(k)) < PART_RUNS // 4]
         if force:
-            small = [k for k in m.parts if k in small or _dirty_part(m, k)]
+            small = [k for k in full if k in small or _dirty_part(m, k)]
             if len(small) < 2 and not any(_dirty_part(m, k) for k in small):
                 return False
         elif len(small) <= COMPACT_MIN_PARTS:
@@ -745,6 +815,11 @@ class Store:
         if kept:
             files.append(write_prefixes(kept, self.directory, key,
                                         before_rename=self._before_rename()))
+        records: dict[str, Any] = {}
+        for k in small:
+            records.update(self._audit_records(m, k))
+        files.append(write_records({r: records.get(r) for r in live}, self.directory, key,
+                                   before_rename=self._before_rename()))
         for k in small:
             del m.parts[k]
         for r in live:
@@ -774,7 +849,7 @@ class Store:
         keep = {f["path"] for p in m.parts.values() for f in p["files"]}
         cutoff = time.time() - grace
         n = 0
-        for table in (*TABLES, PREFIX_DIR):
+        for table in (*TABLES, *SIDE_DIRS):
             top = self.path(table)
             for dirpath, _dirs, names in os.walk(top):
                 for name in names:
@@ -816,9 +891,10 @@ class ChunkTask:
         fingerprints: ``run_dir`` -> the store's fingerprint of the run taken before the
             read (``None``: could not be listed); a read that changed it is marked volatile.
         prefixes: ``run_dir`` -> the decoded prefix of its ``events.jsonl`` from the last
-            read (a pickled ``read.cache.EventsPrefix``), for runs that were live then: the
+            read (a pickled ``read.incremental.EventsPrefix``), for runs that were live then: the
             log is decoded from its first incomplete line when the prefix's bytes still
             match (length, final newline, BLAKE2b), else from the start.
+        audit_only: see below.
     """
 
     directory: str
@@ -826,6 +902,8 @@ class ChunkTask:
     locations: tuple[RunLocation, ...]
     fingerprints: dict[str, bytes | None]
     prefixes: dict[str, bytes] = field(default_factory=dict)
+    audit_only: bool = False
+    """Read the runs as the audit does and write only their audit records (no table)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -845,39 +923,78 @@ ChunkExecutor = Callable[[Sequence[ChunkTask]], Iterable[ChunkResult]]
 """Runs chunk tasks (e.g. on a cluster): one :class:`ChunkResult` per task, any order."""
 
 
-def _read_chunk(task: ChunkTask, progress: RunsDone | None = None,
-                ) -> tuple[list[Any], list[Any], set[str]]:
-    """Read the chunk's runs once; a live run's grown log from its first incomplete line.
-
-    Returns the runs (:func:`~rivumi_analysis.store.build.read_for_tables`), each run's
-    decoded ``(lines, events)`` (before the kind-dependent warnings, as ``read_run`` hands
-    them out; None for a clean log, of which no prefix is kept) and
-    the runs whose stored prefix applied; ``progress(1)`` after each run read."""
-    from ..read.cache import decode_prefix
-    from ..read.snapshot import gc_paused
+def _read_runs(task: ChunkTask, progress: RunsDone | None = None,
+               ) -> Iterator[tuple[RunLocation, Any, Any, bool]]:
+    """Read the chunk's runs one at a time; a live run's grown log from its first incomplete
+    line. Yields each location, its run (``read_for_tables``, or the audit's reading for an
+    ``audit_only`` task), its decoded ``(lines, events)`` (before the kind-dependent
+    warnings, as ``read_run`` hands them out; None for a clean log, of which no prefix is
+    kept) and whether its stored prefix applied; ``progress(1)`` after each run read."""
+    from ..read.incremental import decode_prefix
+    from ..read.snapshot import read_run
     from .build import HELD_LOCKS_EVERY, read_for_tables
 
-    runs: list[Any] = []
-    decoded: list[Any] = []
-    resumed: set[str] = set()
     held: frozenset[str] | None = None
-    with gc_paused():
-        for i, loc in enumerate(task.locations):
-            if i % HELD_LOCKS_EVERY == 0:
-                held = _held_keys()
-            blob = task.prefixes.get(loc.run_dir)
-            prefix = decode_prefix(blob, (0, 0)) if blob is not None else None
-            out: list[Any] = []
+    for i, loc in enumerate(task.locations):
+        if i % HELD_LOCKS_EVERY == 0:
+            held = _held_keys()
+        blob = task.prefixes.get(loc.run_dir)
+        prefix = decode_prefix(blob, (0, 0)) if blob is not None else None
+        out: list[Any] = []
+        if task.audit_only:  # the audit's reading (read_for_tables parses more)
+            run = read_run(loc.run_dir, is_subagent=loc.is_subagent,
+                           parent_run_dir=loc.parent_run_dir, source_root=loc.source_root,
+                           events_prefix=prefix, decoded_out=out, clean=True,
+                           held_locks=held)
+        else:
             run = read_for_tables(loc, events_prefix=prefix, decoded_out=out,
                                   held_locks=held)
-            if prefix is not None and run.events_bytes is not None and prefix.matches(
-                    run.events_bytes):
-                resumed.add(loc.run_dir)
-            runs.append(run)
-            decoded.append(out[0] if out else None)
-            if progress is not None:
-                progress(1)
-    return runs, decoded, resumed
+        resumed = (prefix is not None and run.events_bytes is not None
+                   and prefix.matches(run.events_bytes))
+        if progress is not None:
+            progress(1)
+        yield loc, run, (out[0] if out else None), resumed
+
+
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    """The fields of a run :func:`_settle` reads (an audit chunk keeps these, not the run)."""
+
+    kind: str | None
+    writer_active: bool
+    live_changed: bool
+    events_bytes: bytes | None
+
+
+def _settle(task: ChunkTask, loc: RunLocation, run: Any, dec: Any, resumed: bool,
+            held: frozenset[str], racy: int, prefixes: dict[str, bytes]) -> dict[str, Any]:
+    """A run's manifest entry after its read: volatile when its fingerprint changed during
+    the read (or a writer holds it, or a file is younger than the racy window), in which case
+    the decoded prefix of a log read exactly is kept in ``prefixes``."""
+    from ..read.incremental import PREFIX_MAX_BYTES, make_prefix
+
+    fp = task.fingerprints.get(loc.run_dir)
+    after = run_fingerprint(loc.run_dir, held)
+    volatile = (fp is None or after is None or after.blob != fp
+                or run.writer_active or run.live_changed or after.newest_mtime_ns > racy)
+    # a prefix only of a log read exactly (its objects are at hand): a clean log is read
+    # whole again, which costs less than reading it from a prefix (the exact path) and
+    # spares building the objects to keep (0.3 / 3 / 15 MB log grown by one line: whole
+    # 0.04 / 0.09 / 0.67 CPU-s, from the prefix 0.05 / 0.14 / 1.18 + 0.00 / 0.06 / 0.52
+    # to make it)
+    keep = (volatile and run.events_bytes and len(run.events_bytes) <= PREFIX_MAX_BYTES
+            and dec is not None)
+    if keep:
+        p = make_prefix(run.events_bytes, dec[0], dec[1], (0, 0))
+        if p is not None:
+            try:
+                prefixes[loc.run_dir] = pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL)
+            except RecursionError:
+                pass  # a value nested too deep to pickle: the log is read whole next time
+    return {"sub": loc.is_subagent, "parent": loc.parent_run_dir, "root": loc.source_root,
+            "fp": fp, "part": task.key, "volatile": volatile, "kind": run.kind or "unknown",
+            "writer_active": run.writer_active, "prefix": loc.run_dir in prefixes,
+            "incremental": resumed, "full": not task.audit_only}
 
 
 @gc_paused()
@@ -888,54 +1005,78 @@ def run_chunk(task: ChunkTask, progress: RunsDone | None = None, *,
     Pure apart from writing the part files under ``task.directory`` (deterministic names,
     atomic renames): safe to retry. ``progress(n)`` is called as runs are read;
     ``before_rename`` is the atomic writer's test hook (:func:`write_atomically`).
+    An ``audit_only`` task keeps one run at a time (its record, then its entry) and writes
+    only the records; any other keeps the chunk's runs for its tables.
 
     The cyclic garbage collector stays off for the whole chunk (it makes no reference
     cycles; its objects are freed by reference counts when it returns): re-enabled after the
     read, it rescanned every object of the chunk's runs (~0.18 CPU-s per 1,000 runs).
     """
-    from ..read.cache import PREFIX_MAX_BYTES, make_prefix
-
-    data, decoded, resumed = _read_chunk(task, progress)
-    frames = chunk_frames(data)
-    held = _held_keys()
-    racy = time.time_ns() - int(RACY_SECONDS * 1e9)
-    kinds: dict[str, str] = {}
     entries: dict[str, Any] = {}
     prefixes: dict[str, bytes] = {}
-    for loc, run, dec in zip(task.locations, data, decoded, strict=True):
-        fp = task.fingerprints.get(loc.run_dir)
-        after = run_fingerprint(loc.run_dir, held)
-        volatile = (fp is None or after is None or after.blob != fp
-                    or run.writer_active or run.live_changed or after.newest_mtime_ns > racy)
-        kinds[loc.run_dir] = run.kind or "unknown"
-        # a prefix only of a log read exactly (its objects are at hand): a clean log is read
-        # whole again, which costs less than reading it from a prefix (the exact path) and
-        # spares building the objects to keep (0.3 / 3 / 15 MB log grown by one line: whole
-        # 0.04 / 0.09 / 0.67 CPU-s, from the prefix 0.05 / 0.14 / 1.18 + 0.00 / 0.06 / 0.52
-        # to make it)
-        keep = (volatile and run.events_bytes and len(run.events_bytes) <= PREFIX_MAX_BYTES
-                and dec is not None)
-        if keep:
-            p = make_prefix(run.events_bytes, dec[0], dec[1], (0, 0))
-            if p is not None:
-                try:
-                    prefixes[loc.run_dir] = pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL)
-                except RecursionError:
-                    pass  # a value nested too deep to pickle: the log is read whole next time
-        entries[loc.run_dir] = {"sub": loc.is_subagent, "parent": loc.parent_run_dir,
-                                "root": loc.source_root, "fp": fp, "part": task.key,
-                                "volatile": volatile, "kind": run.kind or "unknown",
-                                "writer_active": run.writer_active,
-                                "prefix": loc.run_dir in prefixes,
-                                "incremental": loc.run_dir in resumed}
-    del data, decoded
-    out = write_parts(frames, task.directory, task.key, kinds=kinds, before_rename=before_rename)
-    files = out["files"]
+    files: list[dict[str, Any]] = []
+    if task.audit_only:
+        from ..audit import audit_records
+        from .build import HELD_LOCKS_EVERY
+
+        records = {}
+        batch: list[tuple[RunLocation, Any, Any, bool]] = []
+        runs = _read_runs(task, progress)
+        while True:  # a batch of runs at a time: /proc/locks read after their reads
+            batch = []
+            for loc, run, dec, resumed in itertools.islice(runs, HELD_LOCKS_EVERY):
+                records[loc.run_dir] = audit_records([run])[0]
+                # what the entry needs of the run (the bytes only of a log read exactly,
+                # whose prefix may be kept): the run itself is freed now
+                batch.append((loc, _Settled(run.kind, run.writer_active, run.live_changed,
+                                            run.events_bytes if dec is not None else None),
+                              dec, resumed))
+                del run
+            if not batch:
+                break
+            held = _held_keys()
+            racy = time.time_ns() - int(RACY_SECONDS * 1e9)
+            for loc, run, dec, resumed in batch:
+                entries[loc.run_dir] = _settle(task, loc, run, dec, resumed, held, racy,
+                                               prefixes)
+            del batch
+    else:
+        data = list(_read_runs(task, progress))
+        frames = chunk_frames([run for _loc, run, _dec, _resumed in data])
+        records = _records_of(frames["runs"])
+        held = _held_keys()
+        racy = time.time_ns() - int(RACY_SECONDS * 1e9)
+        kinds = {loc.run_dir: run.kind or "unknown" for loc, run, _dec, _res in data}
+        for loc, run, dec, resumed in data:
+            entries[loc.run_dir] = _settle(task, loc, run, dec, resumed, held, racy, prefixes)
+        del data
+        files += write_parts(frames, task.directory, task.key, kinds=kinds,
+                             before_rename=before_rename)["files"]
     if prefixes:
         files.append(write_prefixes(prefixes, task.directory, task.key,
                                     before_rename=before_rename))
+    files.append(write_records(records, task.directory, task.key, before_rename=before_rename))
     return ChunkResult(task.key, {"runs": [loc.run_dir for loc in task.locations],
-                                  "files": files}, entries)
+                                  "files": files, "full": not task.audit_only}, entries)
+
+
+def _records_of(runs: Any) -> dict[str, dict[str, Any]]:
+    """The audit records in a ``runs`` table (its record columns: the very records the audit
+    builds, ``tables.runs.runs_rows``), by ``run_dir``."""
+    from ..audit import RECORD_FIELDS
+
+    return {rec["run_dir"]: rec for rec in runs.select(RECORD_FIELDS).to_dicts()}
+
+
+def write_records(records: dict[str, Any], directory: str, key: str, *,
+                  before_rename: BeforeRename | None = None) -> dict[str, Any]:
+    """Write a part's audit records (``run_dir`` -> record) atomically (pickled: a record of
+    a run whose path is not UTF-8 is kept as it is)."""
+    rel = os.path.join(AUDIT_DIR, f"part-{key}.pickle")
+    data = pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL)
+    digest = write_atomically(os.path.join(directory, rel), data, before_rename=before_rename)
+    return {"table": AUDIT_DIR, "kind": "", "path": rel, "rows": len(records),
+            "bytes": len(data), "blake2b": digest}
 
 
 def write_prefixes(prefixes: dict[str, bytes], directory: str, key: str, *,
@@ -948,40 +1089,47 @@ def write_prefixes(prefixes: dict[str, bytes], directory: str, key: str, *,
             "bytes": len(data), "blake2b": digest}
 
 
+def _closing(results: Iterable[T], shown: Any) -> Iterator[T]:
+    try:
+        yield from results
+    finally:
+        shown.close()
+
+
 def local_executor(tasks: Sequence[ChunkTask], *, jobs: int | None = None,
                    progress: RunsDone | None = None, pool: Any = None,
                    before_rename: BeforeRename | None = None) -> Iterator[ChunkResult]:
-    """The default executor: in this process for one task, else spawned worker processes
-    (never forked: polars' thread pool may hold a lock at fork time).
+    """The default executor: :func:`run_chunk` over the tasks through
+    ``read.executor.choose`` (in this process for one task or a small fleet, else worker
+    processes; runs on object storage in this process).
 
     ``progress(n)``: ``n`` more runs were read (one call per run in this process, one per
     finished chunk from workers), e.g. ``functools.partial(local_executor, progress=cb)``
     as ``open_store(executor=...)``. ``pool``: workers already started
-    (:func:`_early_pool`), used for several chunks; the caller shuts it down.
+    (:func:`_early_pool`, a ``read.executor.LocalPool``), used for several chunks.
     ``before_rename``: the atomic writer's test hook, for chunks run in this process only
     (a closure does not reach a worker process)."""
-    from ..read.cache import default_jobs
+    from ..read.executor import InProcess, choose, on_object_storage
 
-    n_jobs = default_jobs() if jobs is None else max(1, jobs)
+    locs = [loc for t in tasks for loc in t.locations]
     if pool is not None and len(tasks) > 1:
-        for task, res in zip(tasks, pool.map(run_chunk, tasks), strict=True):
-            if progress is not None:
-                progress(len(task.locations))
-            yield res
-    elif n_jobs > 1 and len(tasks) > 1 and sum(
-            len(t.locations) for t in tasks) >= LOCAL_POOL_MIN_RUNS:
-        with _spawn_pool(min(n_jobs, len(tasks))) as ex:
-            for task, res in zip(tasks, ex.map(run_chunk, tasks), strict=True):
-                if progress is not None:
-                    progress(len(task.locations))
-                yield res
+        executor: Any = pool
+    elif len(tasks) > 1:
+        executor = choose(len(locs), jobs, local_only=on_object_storage(locs))[0]
     else:
+        executor = InProcess()
+    if isinstance(executor, InProcess):
         for task in tasks:
             yield run_chunk(task, progress, before_rename=before_rename)
+        return
+    for task, res in zip(tasks, executor.map(run_chunk, tasks), strict=True):
+        if progress is not None:
+            progress(len(task.locations))
+        yield res
 
 
 _WARM_MODULES = (
-    "rivumi_analysis.store.build", "rivumi_analysis.read.cache",
+    "rivumi_analysis.store.build", "rivumi_analysis.read.incremental",
     "rivumi_analysis.tables._common", "rivumi_analysis.tables.events",
     "rivumi_analysis.tables.replayed", "rivumi_analysis.tables.runs",
     "rivumi_analysis.tables.manifests", "rivumi_analysis.tables.tool_calls",
@@ -991,60 +1139,36 @@ _WARM_MODULES = (
 """What a worker's chunk imports (:func:`_warm_worker`)."""
 
 
-WORKER_MALLOC_CONF = "background_thread:false,dirty_decay_ms:-1,muzzy_decay_ms:-1"
-"""polars' jemalloc settings in a store worker, after any others in ``_RJEM_MALLOC_CONF``
-(polars' own ``dirty_decay_ms:500,...``, which its ``__init__`` writes there, and the
-caller's): pages a chunk frees stay for the next chunk instead of being given back within
-half a second and faulted in again (a 500-run chunk's tables: ~33k -> ~6k page faults), and
-no background thread wakes to purge them."""
+_WARM_AUDIT_MODULES = ("rivumi_analysis.audit", "rivumi_analysis.read.incremental")
+"""What an ``audit_only`` chunk imports (no polars, no pyarrow)."""
 
 
-def _spawn_pool(n: int) -> Any:
-    """``n`` spawned store workers (a ``ProcessPoolExecutor``; each set up by
-    :func:`_worker_init`)."""
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"),
-                               initializer=_worker_init)
-
-
-def _worker_init() -> None:
-    """Set up a spawned store worker before it imports polars (:data:`WORKER_MALLOC_CONF`,
-    read by jemalloc when polars loads). A worker lives for one build or refresh, each chunk
-    needs about the memory the last one did, and it all goes back when the worker exits."""
-    conf = os.environ.get("_RJEM_MALLOC_CONF")
-    os.environ["_RJEM_MALLOC_CONF"] = (f"{conf},{WORKER_MALLOC_CONF}" if conf
-                                       else WORKER_MALLOC_CONF)
-
-
-def _warm_worker() -> None:
+def _warm_worker(modules: Sequence[str] = _WARM_MODULES) -> None:
     """Import what a chunk needs (a new worker does it while the parent stats the fleet)."""
     import importlib
 
-    for name in _WARM_MODULES:
+    for name in modules:
         importlib.import_module(name)
 
 
 @contextlib.contextmanager
-def _early_pool(n_jobs: int, wanted: bool) -> Iterator[Any]:
-    """Spawned workers started now (each importing what a chunk needs, :func:`_warm_worker`)
-    so their start-up overlaps the parent's stat pass, or None when not ``wanted``; shut
-    down on exit."""
+def _early_pool(n_jobs: int, wanted: bool, *, audit_only: bool = False) -> Iterator[Any]:
+    """The local worker processes (``read.executor.LocalPool``) started now, each importing
+    what a chunk needs (:func:`_warm_worker`), so their start-up overlaps the parent's stat
+    pass; None when not ``wanted``. (The pool is loky's reusable one: it outlives the call.)"""
     if not wanted or n_jobs <= 1:
         yield None
         return
+    from ..read.executor import LocalPool
+
+    pool = LocalPool(n_jobs)
     try:
-        pool = _spawn_pool(n_jobs)
-        for _ in range(n_jobs):
-            pool.submit(_warm_worker)
+        pool.warm(functools.partial(_warm_worker, _WARM_AUDIT_MODULES if audit_only
+                                    else _WARM_MODULES))
     except (ImportError, OSError):
         yield None  # no pool here: the chunks run as they would without it
         return
-    try:
-        yield pool
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    yield pool
 
 
 def _fp_blob(fp: Any) -> bytes | None:
@@ -1063,6 +1187,10 @@ class Opened:
 
     store: Store
     manifest: Manifest
+    skipped: tuple[tuple[str, str], ...] = ()
+    """``(path, reason)`` of every path the discovery skipped (empty when not refreshed)."""
+    root_used: str | None = None
+    """The default run root used when no source was given."""
 
 
 def resolve_store_dir(source: Source | None, store_dir: str | os.PathLike[str] | None,
@@ -1083,12 +1211,15 @@ def open_store(source: Source | None = None, *, store_dir: str | os.PathLike[str
                max_depth: int = DEFAULT_MAX_DEPTH, verify: bool = False,
                compact: bool = False, hook: Hook | None = None,
                executor: ChunkExecutor | None = None, jobs: int | None = None,
-               refresh: bool = True) -> Opened:
+               refresh: bool = True, audit_only: bool = False) -> Opened:
     """Discover ``source``, refresh its store and return it with the fresh manifest.
 
     ``refresh=False`` skips the stat pass over the sources and serves the store as it is
     (possibly stale: for a fleet known not to change), provided it exists for these
     sources and its files are intact; otherwise it refreshes as usual.
+
+    ``audit_only``: bring only the audit records up to date (``audit`` with its cache; see
+    :meth:`Store.refresh`): runs read for a table's load since are served as they are.
 
     ``executor`` runs the chunks of runs to (re-)read: a callable taking a list of
     :class:`ChunkTask` and returning one :class:`ChunkResult` per task (e.g. ``run_chunk``
@@ -1100,7 +1231,7 @@ def open_store(source: Source | None = None, *, store_dir: str | os.PathLike[str
     """
     return _open(source, store_dir=store_dir, max_depth=max_depth, verify=verify,
                  compact=compact, hook=hook, executor=executor, jobs=jobs,
-                 refresh=refresh)[0]
+                 refresh=refresh, audit_only=audit_only)[0]
 
 
 def open_and_read(source: Source | None, read: Callable[[Store, Manifest], T], *,
@@ -1159,7 +1290,7 @@ class _Prefetch(_InThread):
 
 
 class _HeldLocks(_InThread):
-    """The held file locks (``read.cache.proc_locked_keys``) read in a background thread.
+    """The held file locks (``read.incremental.proc_locked_keys``) read in a background thread.
 
     Reading ``/proc/locks`` makes the kernel take its file-lock rwsem for writing, which waits
     for an RCU grace period: 5-8 ms here unless it was read in the last ~0.5 s, spent asleep
@@ -1180,7 +1311,8 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
           max_depth: int, verify: bool, compact: bool = False, hook: Hook | None = None,
           executor: ChunkExecutor | None = None, jobs: int | None = None,
           refresh: bool = True, prefetch: Callable[[Store, Manifest], Any] | None = None,
-          tables: Iterable[str] | None = None) -> tuple[Opened, _Prefetch | None]:
+          tables: Iterable[str] | None = None,
+          audit_only: bool = False) -> tuple[Opened, _Prefetch | None]:
     d, tops = resolve_store_dir(source, store_dir, max_depth)
     if not refresh:
         from ..read.discovery import check_sources
@@ -1189,6 +1321,7 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
         store = Store(d, hook=hook)
         m = store.manifest()
         if (m is not None and m.sources == list(tops) and m.max_depth == max_depth
+                and (audit_only or all(e.get("full", True) for e in m.runs.values()))
                 and not store.damaged_parts(m)):
             touch(d)
             return Opened(store, m), None
@@ -1213,13 +1346,18 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
             again = _rediscover(tops, max_depth, m0, t0) if m0 is not None else None
             if again is not None:  # no folder discovery listed has changed: its result holds
                 locs, listings, memo = again
+                skipped = [tuple(x) for x in memo["skipped"]]
+                root_used = memo["root_used"]
             else:
                 listings = {}
                 folders: list[str] = []
                 found = discover(source, max_depth=max_depth, listings=listings,
                                  folders=folders)
                 locs = found.runs
-                memo = _discovery_memo(tops, max_depth, locs, listings, folders, t0)
+                skipped = [(x.path, x.reason) for x in found.skipped]
+                root_used = found.root_used
+                memo = _discovery_memo(tops, max_depth, locs, listings, folders, t0,
+                                       skipped, root_used)
                 if memo is not None:  # runs_df has a row for each (issue 29)
                     memo["unreadable"] = sorted(s.path for s in found.skipped
                                                 if s.reason == "unreadable")
@@ -1230,7 +1368,7 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
                 m = store.refresh(locs, sources=tops, max_depth=max_depth, verify=verify,
                                   compact=compact, jobs=jobs, executor=executor,
                                   listings=listings, current=current, discovery=memo,
-                                  held_locks=locks.get)
+                                  held_locks=locks.get, audit_only=audit_only)
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
                              errno.ENOTDIR, errno.EEXIST):
@@ -1246,7 +1384,7 @@ def _open(source: Source | None, *, store_dir: str | os.PathLike[str] | None,
         s = store.last_stats
         if m is not m0 and s is not None and (s.reread or s.removed or s.parts_written):
             enforce_cap(d)  # a store grew: keep the stores under the default root capped
-        return Opened(store, m), job
+        return Opened(store, m, tuple(skipped), root_used), job
 
 
 def _entry_settled(e: dict[str, Any] | None, loc: RunLocation,
@@ -1281,7 +1419,7 @@ def _light_fresh(store: Store, m: Manifest, ident: tuple[int, ...] | None,
     for loc, r in zip(locs, m.order, strict=True):
         e = entries.get(r)
         if (loc.run_dir != r or not _entry_settled(e, loc, parts) or e["writer_active"]
-                or not e.get("lfp") or light_fingerprint(r, listings.get(r)) != e["lfp"]):
+                or not e.get("full", True) or not e.get("lfp") or light_fingerprint(r, listings.get(r)) != e["lfp"]):
             return False
     return not store.damaged_parts(m) and store._manifest_identity() == ident
 
@@ -1317,7 +1455,8 @@ def _more_trusted(new: dict[str, Any], old: dict[str, Any] | None) -> bool:
 
 def _discovery_memo(tops: Sequence[str], max_depth: int, locs: Sequence[RunLocation],
                     listings: dict[str, list[str]], folders: list[str],
-                    t0: int) -> dict[str, Any] | None:
+                    t0: int, skipped: Sequence[tuple[str, str]] = (),
+                    root_used: str | None = None) -> dict[str, Any] | None:
     """What a discovery started at ``t0`` (``time.time_ns()``) listed, with the identities
     that let the next open re-use it (``None``: nothing to re-use, e.g. a folder that
     changed within :data:`RACY_SECONDS`, or a URI source)."""
@@ -1346,7 +1485,8 @@ def _discovery_memo(tops: Sequence[str], max_depth: int, locs: Sequence[RunLocat
             return None
         runs.append([ident(loc.run_dir), names])
     return {"tops": [os.path.realpath(t) for t in tops], "max_depth": max_depth,
-            "folders": kept, "runs": runs}
+            "folders": kept, "runs": runs, "skipped": [list(x) for x in skipped],
+            "root_used": root_used}
 
 
 def _rediscover(tops: Sequence[str], max_depth: int, m: Manifest, t0: int,
@@ -1358,7 +1498,7 @@ def _rediscover(tops: Sequence[str], max_depth: int, m: Manifest, t0: int,
 
     memo = m.discovery
     if (memo is None or memo["max_depth"] != max_depth or len(memo["runs"]) != len(m.order)
-            or any("://" in t for t in tops)):
+            or "skipped" not in memo or any("://" in t for t in tops)):
         return None
     check_sources(list(tops))  # a missing source is the usage error discovery raises
     if memo["tops"] != [os.path.realpath(t) for t in tops]:

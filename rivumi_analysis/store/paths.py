@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from ..read.cache import default_cache_dir
+from ..read.incremental import default_cache_dir
 
 MANIFEST = "_store.msgpack"
 LOCK = ".lock"

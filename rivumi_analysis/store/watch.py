@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from ..read.cache import EventsPrefix, fingerprint, make_prefix, proc_locked_keys
 from ..read.discovery import DEFAULT_MAX_DEPTH, Source, discover
+from ..read.incremental import EventsPrefix, fingerprint, make_prefix, proc_locked_keys
 from ..read.snapshot import RunData, _lock_key, read_run
 from ..replay.reducer import REPEAT_TRIP
 

@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from rivumi_analysis.synth.scenarios import Build, Driver, ScriptStop
+from rivumi_analysis.synth.truth import TRUTH_FILE, TruthLog, write_truth
 from rivumi_analysis.synth.writer import Ids, VirtualClock, write_fork_run
 
 __all__ = ["corpus_run_ops", "generate_corpus", "generate_single_log"]
@@ -197,7 +198,9 @@ def _torn_hook(point: str, seq: int | None, event_type: str | None) -> None:
         raise ScriptStop()
 
 
-def _write_run(args: tuple[str, int, int, int, int]) -> int:
+def _write_run(args: tuple[str, int, int, int, int]) -> tuple[int, list[dict[str, Any]]]:
+    """Write corpus run ``index``; returns its bytes on disk and its truth records (the run
+    and its fork, if any)."""
     out, index, seed, target_bytes, every = args
     rng = random.Random(f"corpus:{seed}:{index}")
     profile = "m4" if rng.random() < 0.2 else "current"
@@ -236,8 +239,9 @@ def _write_run(args: tuple[str, int, int, int, int]) -> int:
     script = {"name": "corpus", "profile": profile, "seed": b.seed, "run_id": b.run_id,
               "clock": {"start": b.ops and _start(b), "mono": 0.0}, "ops": [], "faults": faults}
     # A torn line needs the line-by-line write path (fast mode buffers lines).
+    truth = TruthLog(out)
     drv = Driver(out, script, manifest_every=1 if ending == "torn" else every,
-                 hook=_torn_hook if ending == "torn" else None)
+                 hook=_torn_hook if ending == "torn" else None, truth=truth)
     dead = False
     for op in corpus_run_ops(b, steps, pool,
                              ending=ending if ending in ENDINGS and ending not in (
@@ -254,13 +258,16 @@ def _write_run(args: tuple[str, int, int, int, int]) -> int:
             if ending == "torn":
                 break
             dead = True
+    if ending == "crash" and drv.truth is not None:
+        drv.truth.die()  # the process stops here without its finally (no close)
+    drv.done()
     size = _dir_size(drv.run_dir)
     if rng.random() < 0.04 and ending not in ("torn", "duplicate"):
-        size += _fork(out, drv.run_dir, rng, b)
-    return size
+        size += _fork(out, drv.run_dir, rng, b, truth)
+    return size, truth.records()
 
 
-def _fork(out: str, source: str, rng: random.Random, b: Build) -> int:
+def _fork(out: str, source: str, rng: random.Random, b: Build, truth: TruthLog) -> int:
     """A fork of ``source`` (``sessions --fork-from-event``) a few hours to days later."""
     from datetime import timedelta
 
@@ -272,6 +279,9 @@ def _fork(out: str, source: str, rng: random.Random, b: Build) -> int:
     clock = VirtualClock(start, seed=rng.getrandbits(32))
     fork_dir = write_fork_run(source, out, sequence=rng.randrange(1, n - 1), clock=clock,
                               ids=Ids(rng.getrandbits(48)))
+    t = truth.add(fork_dir, run_id=os.path.basename(fork_dir), kind="fork", scenario="fork")
+    t.lines, t.outcome_override = 1, ("fork", None)
+    t.look_at_files(fork_dir)
     return _dir_size(fork_dir)
 
 
@@ -290,10 +300,11 @@ def _dir_size(path: str) -> int:
 
 def generate_corpus(out: str, *, runs: int, target_mb: float, seed: int = 0,
                     manifest_every: int = 100, workers: int | None = None) -> int:
-    """Write ``runs`` runs totalling about ``target_mb`` MB into ``out`` (wiped first).
+    """Write ``runs`` runs totalling about ``target_mb`` MB into ``out`` (wiped first), and
+    their ground truth into ``out/truth.jsonl`` (:mod:`rivumi_analysis.synth.truth`).
 
     Returns:
-        Bytes written.
+        Bytes written (the runs; the truth file not counted).
     """
     if os.path.isdir(out):
         shutil.rmtree(out)
@@ -302,9 +313,12 @@ def generate_corpus(out: str, *, runs: int, target_mb: float, seed: int = 0,
     jobs = [(out, i, seed, per_run, manifest_every) for i in range(runs)]
     workers = workers or os.cpu_count() or 1
     if workers == 1:
-        return sum(map(_write_run, jobs))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return sum(pool.map(_write_run, jobs, chunksize=max(1, runs // (workers * 8))))
+        done = list(map(_write_run, jobs))
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            done = list(pool.map(_write_run, jobs, chunksize=max(1, runs // (workers * 8))))
+    write_truth(os.path.join(out, TRUTH_FILE), [r for _, recs in done for r in recs])
+    return sum(size for size, _ in done)
 
 
 def generate_single_log(out: str, *, log_mb: float, seed: int = 0,

@@ -65,6 +65,21 @@ class CutSpec:
         etype, _, occ = sel.partition("#")
         return cls(point, event_type=etype, occurrence=int(occ) if occ else 1)
 
+    def matcher(self) -> Any:
+        """``f(point, seq, event_type) -> bool``, true exactly once: at this cut (a writer
+        hook calls it at every protocol point, in order)."""
+        seen = 0
+
+        def at_cut(point: str, seq: int | None, event_type: str | None) -> bool:
+            nonlocal seen
+            if point != self.point or (self.sequence is not None and seq != self.sequence) or (
+                    self.event_type is not None and event_type != self.event_type):
+                return False
+            seen += 1
+            return seen == self.occurrence
+
+        return at_cut
+
 
 @dataclass(frozen=True)
 class CutResult:

@@ -24,19 +24,11 @@ def child(scenario: str, seed: int, out_root: str, cut: str) -> int:
         if spec.sequence is None:
             raise SystemExit("torn cuts need a sequence selector")
         script = {**script, "faults": {**script.get("faults", {}), "torn_at": spec.sequence}}
-    seen = 0
+    at_cut = spec.matcher()
     drv: Driver | None = None
 
     def hook(point: str, seq: int | None, event_type: str | None) -> None:
-        nonlocal seen
-        if point != spec.point:
-            return
-        if spec.sequence is not None and seq != spec.sequence:
-            return
-        if spec.event_type is not None and event_type != spec.event_type:
-            return
-        seen += 1
-        if seen != spec.occurrence:
+        if not at_cut(point, seq, event_type):
             return
         assert drv is not None
         sys.stdout.write(f"CUT {drv.run_dir}\n")

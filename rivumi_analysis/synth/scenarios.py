@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
 
+from rivumi_analysis.synth.truth import TRUTH_FILE, RunTruth, TruthLog, write_truth
 from rivumi_analysis.synth.writer import (
     TOOL_EFFECTS,
     Faults,
@@ -67,11 +68,14 @@ class Driver:
         hook: cut-point callback passed to every writer (crash harness).
         fsync: durable writes.
         manifest_every: corpus fast mode (manifest saved every k emits).
+        truth: record what is written into this :class:`~rivumi_analysis.synth.truth.TruthLog`
+            (subagent runs too); ``parent``: the parent run's truth (subagents).
     """
 
     def __init__(self, out_root: str, script: Mapping[str, Any], *, hook: Hook | None = None,
                  fsync: bool = False, manifest_every: int = 1,
-                 artifact_rel: str | None = None) -> None:
+                 artifact_rel: str | None = None, truth: TruthLog | None = None,
+                 parent: RunTruth | None = None) -> None:
         self.out_root = out_root
         self.artifact_rel = artifact_rel
         self.script = script
@@ -90,6 +94,13 @@ class Driver:
         self.w: RunWriter | None = None
         self.pending_calls: dict[str, dict[str, Any]] = {}
         self.stopped = False
+        self.truth_log = truth
+        self.truth = truth.add(
+            self.run_dir, run_id=os.path.basename(self.run_dir),
+            kind="subagent" if parent is not None else "native",
+            parent=parent.run if parent is not None else None, scenario=script.get("name"),
+            seed=script.get("seed"), profile=script.get("profile", "current")
+        ) if truth is not None else None
 
     def _writer(self) -> RunWriter:
         return RunWriter(self.run_dir, profile=self.script.get("profile", "current"),
@@ -97,7 +108,7 @@ class Driver:
                          faults=self.faults, manifest_every=self.manifest_every,
                          artifact_root=self.script.get(
                              "artifact_root", "/home/dev/.local/state/looplane/runs"),
-                         artifact_rel=self.artifact_rel)
+                         artifact_rel=self.artifact_rel, truth=self.truth)
 
     def run(self) -> str:
         """Execute every op; returns the run directory."""
@@ -115,7 +126,22 @@ class Driver:
                     break
                 self.stopped = False
                 i = nxt[0]
+        self.done()
         return self.run_dir
+
+    def done(self) -> None:
+        """After the last op: drop the files the script says a published copy lacks
+        (``drop_files``), put a folder where a file cannot be read (``unreadable_files``: a
+        run file that is not a regular file is never opened, even by root), then note in the
+        truth which run files are left."""
+        for name in (*self.script.get("drop_files", ()), *self.script.get("unreadable_files", ())):
+            path = os.path.join(self.run_dir, name)
+            if os.path.isfile(path):
+                os.unlink(path)
+        for name in self.script.get("unreadable_files", ()):
+            os.makedirs(os.path.join(self.run_dir, name), exist_ok=True)
+        if self.truth is not None:
+            self.truth.look_at_files(self.run_dir)
 
     def apply(self, op: Mapping[str, Any]) -> None:
         """Execute one op."""
@@ -124,7 +150,16 @@ class Driver:
         pins = args.pop("pins", None)
         if pins and self.w is not None:
             self.w.pins.events.extend((p[0], p[1]) for p in pins)
-        getattr(self, f"op_{name}")(pins=pins, **args)
+        try:
+            getattr(self, f"op_{name}")(pins=pins, **args)
+        except ScriptStop:
+            if self.truth is not None:
+                if self.w is not None and self.w._fast_buf:
+                    # fast mode keeps lines in memory until a manifest save: the truth
+                    # counted lines a dead process never wrote (scripts flush first)
+                    raise RuntimeError("a simulated death with unflushed event lines") from None
+                self.truth.die()
+            raise
 
     # ----------------------------------------------------------------- ops
     def op_create(self, *, pins: Any, request: Mapping[str, Any], run_id: str, provider: str,
@@ -377,7 +412,8 @@ class Driver:
         from rivumi_analysis.synth.writer import cost_out, usage_out
         w.emit("role_lane.completed", {"cost": cost_out(cost), "model": model,
                                        "preview": preview, "provider": provider,
-                                       "role": "reviewer", "usage": usage_out(full)})
+                                       "role": "reviewer", "usage": usage_out(full)},
+               truth=lambda _ln: w.truth.mark_logged())
 
     def op_event(self, *, pins: Any, event_type: str, data: Mapping[str, Any]) -> None:
         assert self.w is not None
@@ -428,7 +464,8 @@ class Driver:
                 "ids": self.ids, "fsync": self.fsync, "hook": self.hook, "faults": self.faults,
                 "manifest_every": self.manifest_every, "artifact_rel": self.artifact_rel,
                 "artifact_root": self.script.get("artifact_root",
-                                                 "/home/dev/.local/state/looplane/runs")}
+                                                 "/home/dev/.local/state/looplane/runs"),
+                "truth": self.truth}
 
     def op_subagents(self, *, pins: Any, tool_call_id: str, children: list[dict[str, Any]],
                      content: str = "") -> None:
@@ -463,7 +500,8 @@ class Driver:
                 parent_rel = self.artifact_rel or os.path.basename(self.run_dir)
                 sub = Driver(sub_root, child["script"], hook=None, fsync=self.fsync,
                              manifest_every=self.manifest_every,
-                             artifact_rel=f"{parent_rel}/subagents/{child['agent_id']}")
+                             artifact_rel=f"{parent_rel}/subagents/{child['agent_id']}",
+                             truth=self.truth_log, parent=self.truth)
                 # Children share the parent's virtual time line (they run inside the call).
                 sub.clock = self.clock
                 sub.run()
@@ -492,24 +530,45 @@ def _policy_reason(effect: str, decision: str | None) -> str:
 
 
 def run_script(script: Mapping[str, Any], out_root: str, *, hook: Hook | None = None,
-               fsync: bool = False, manifest_every: int = 1) -> str:
-    """Write the run a script describes into ``out_root``; returns its run directory."""
+               fsync: bool = False, manifest_every: int = 1,
+               truth: TruthLog | None = None) -> str:
+    """Write the run a script describes into ``out_root``; returns its run directory.
+
+    ``truth``: record what was written there (every run the script writes: a fork's source,
+    subagents)."""
     kind = script.get("kind", "native")
     if kind == "external":
-        return write_external_run(os.path.join(out_root, script["run_id"]), **script["external"])
+        ext = script["external"]
+        rd = write_external_run(os.path.join(out_root, script["run_id"]), **ext)
+        if truth is not None:
+            t = truth.add(rd, run_id=script["run_id"], kind="external",
+                          scenario=script.get("name"), seed=script.get("seed"))
+            t.lines = len(ext["events"])
+            t.provider = ext["backend"]
+            t.outcome_override = (ext["status"], ext["terminal_reason"])
+            t.look_at_files(rd)
+        return rd
     if kind == "fork":
-        src = run_script(script["source"], out_root, hook=None, fsync=fsync)
+        src = run_script(script["source"], out_root, hook=None, fsync=fsync, truth=truth)
         seed = int(script.get("seed", 0))
         clock = VirtualClock(parse_ts(script["clock"]["start"]), seed=seed)
-        return write_fork_run(src, out_root, sequence=script["sequence"], clock=clock,
-                              ids=Ids(seed + 7919))
-    drv = Driver(out_root, script, hook=hook, fsync=fsync, manifest_every=manifest_every)
+        rd = write_fork_run(src, out_root, sequence=script["sequence"], clock=clock,
+                            ids=Ids(seed + 7919))
+        if truth is not None:
+            t = truth.add(rd, run_id=os.path.basename(rd), kind="fork",
+                          scenario=script.get("name"), seed=script.get("seed"))
+            t.lines, t.outcome_override = 1, ("fork", None)
+            t.look_at_files(rd)
+        return rd
+    drv = Driver(out_root, script, hook=hook, fsync=fsync, manifest_every=manifest_every,
+                 truth=truth)
     try:
         return drv.run()
     except _Cancelled as exc:
         assert drv.w is not None
         drv.w.finish(status="cancelled", terminal_reason=str(exc), changed_files=[])
         drv.w.close()
+        drv.done()
         return drv.run_dir
 
 
@@ -677,9 +736,10 @@ class Build:
         return u
 
     def model(self, calls: list[tuple[str, dict[str, Any]]] = (), content: str | None = None,
-              finish: str | None = None, latency: float | None = None, **kw: Any) -> list[str]:
-        ids = [self.ids.call_id() if self.provider != "anthropic" else
-               f"toolu_{self.ids.hex32()[:24]}" for _ in calls]
+              finish: str | None = None, latency: float | None = None,
+              call_ids: list[str] | None = None, **kw: Any) -> list[str]:
+        ids = call_ids or [self.ids.call_id() if self.provider != "anthropic" else
+                           f"toolu_{self.ids.hex32()[:24]}" for _ in calls]
         u = self.usage()
         op: dict[str, Any] = {
             "op": "model", "usage": u, "content": content,
@@ -1104,6 +1164,134 @@ def sc_continuation(seed: int) -> dict[str, Any]:
     return b.script()
 
 
+def sc_continued_reused_ids(seed: int) -> dict[str, Any]:
+    """A session continued twice by a provider that numbers tool calls per reply (`call_0`): tool-call and approval ids repeat across steps and turns."""
+    b = Build("continued_reused_ids", seed, model=0)
+    rids = [b.ids.hex32() for _ in range(3)]  # a copied session: the same request ids again
+    asks = ["Fix the bug.", "Also add a short docstring to the function you changed.",
+            "Now re-run the checks once more."]
+    for turn, ask in enumerate(asks):
+        if turn:
+            b.add("continue", instruction=ask, idle=round(b.rng.uniform(60, 3600), 6))
+        [c] = b.model([("read_file", {"path": b.task.path})], call_ids=["call_0"])
+        b.tool(c, content=b.task.before, request_id=rids[0])
+        [c] = b.model([("search_text", {"query": f"def {turn}"})], call_ids=["call_0"])
+        b.tool(c, content=f"{b.task.path}:1:def", request_id=rids[1])
+        if turn == 0:
+            [c] = b.model([("replace_text", {"path": b.task.path, "old_text": b.task.old,
+                                             "new_text": b.task.new})], call_ids=["call_0"])
+            b.tool(c, content=f"replaced one exact text fragment in {b.task.path}",
+                   request_id=rids[2])
+            b.changed = True
+        b.final()
+        b.verify(True)
+        b.finish("completed", "verified")
+        b.close()
+    return b.script()
+
+
+def sc_no_manifest(seed: int) -> dict[str, Any]:
+    """A verified run published without its session.json (as some of the runner's own published runs are)."""
+    b = Build("no_manifest", seed)
+    b.verified_flow()
+    script = b.script()
+    script["drop_files"] = ["session.json"]
+    return script
+
+
+MIXED_STEPS = ("read", "read", "error", "batch", "unknown", "denied", "invalid", "session")
+MIXED_ENDINGS = ("verified", "no_changes", "reviewer", "max_steps", "cancelled", "crash")
+
+
+def sc_mixed(seed: int, *, turns: int | None = None, reuse_ids: bool | None = None,
+             resume: bool | None = None, ending: str | None = None) -> dict[str, Any]:
+    """A drawn session (property tests): 1–5 turns of drawn tool steps, endings, lanes and a crash or resume; ids may repeat across turns."""
+    rng = random.Random(f"mixed:{seed}")
+    profile = "m4" if rng.random() < 0.2 else "current"
+    b = Build("mixed", seed, profile=profile, max_steps=500, model=rng.randrange(len(MODELS)))
+    reuse = rng.random() < 0.6 if reuse_ids is None else reuse_ids
+    turns = turns if turns is not None else rng.randint(1, 5)
+    resume_at = (rng.randrange(turns) if (rng.random() < 0.3 if resume is None else resume)
+                 else None)
+    pool = [b.ids.hex32() for _ in range(4)]  # approval ids a copied session repeats
+    grants: set[str] = set()
+    n = 0
+
+    def ids(k: int) -> list[str] | None:
+        return [f"call_{i}" for i in range(k)] if reuse else None
+
+    def rid(i: int) -> str | None:
+        return pool[i % len(pool)] if reuse else None
+
+    for t in range(turns):
+        last = t == turns - 1
+        end = (ending if ending is not None and last else
+               rng.choice(MIXED_ENDINGS if last else MIXED_ENDINGS[:5]))
+        if t:
+            b.add("continue", instruction=f"Follow-up {t}: check {b.task.test_path} again.",
+                  idle=round(rng.uniform(30, 3000), 6))
+        for k in range(rng.randint(1, 4)):
+            n += 1
+            kind = rng.choice(MIXED_STEPS)
+            if t == resume_at and k == 1:
+                b.add("flush")
+                b.add("crash")
+                b.add("resume", downtime=round(rng.uniform(10, 600), 6))
+            if kind == "batch":
+                paths = [f"{rng.choice(b.task.files)}#{n}.{i}" for i in range(rng.randint(2, 3))]
+                got = b.model([("read_file", {"path": p}) for p in paths], call_ids=ids(len(paths)))
+                b.add("batch", calls=[{"tool_call_id": c, "content": f"# {p}\n",
+                                       "decision": "allow_once"} for c, p in zip(got, paths,
+                                                                                strict=True)])
+                continue
+            name, args = (("read_file", {"path": f"{rng.choice(b.task.files)}?{n}"})
+                          if kind in ("read", "error", "session") else
+                          (rng.choice(["invoke_skill", "save_memory"]), {"n": n})
+                          if kind == "unknown" else
+                          ("replace_text", {"path": b.task.path, "old_text": b.task.old,
+                                            "new_text": f"{b.task.new}  # {n}"}))
+            [c] = b.model([(name, args)], call_ids=ids(1))
+            if kind == "error":
+                b.tool(c, ok=False, error="No such file or directory", request_id=rid(n))
+            elif kind == "denied":
+                b.tool(c, decision="deny", request_id=rid(n))
+            elif kind == "invalid":
+                b.tool(c, invalid="patch does not apply: old_text not found")
+            elif kind == "session":  # a session grant, then reuses of it
+                b.tool(c, content="x\n", decision="reuse" if "read" in grants
+                       else "allow_session", request_id=rid(n))
+                grants.add("read")
+            else:
+                b.tool(c, content=f"contents {n}\n", request_id=rid(n))
+        if end == "crash":
+            b.add("flush")
+            b.add("crash")
+            break
+        if end == "cancelled":
+            b.edit(decision="cancel")
+            b.finish("cancelled", "approval_cancelled")
+        elif end == "max_steps":
+            b.add("wind_down", usage=b.usage(60, 250), content="Out of steps; summary.")
+            b.finish("failed", "max_steps_exceeded", error="Step limit reached.")
+        elif end == "no_changes":
+            b.final("Nothing needs to change.")
+            b.finish("completed", "no_changes")
+        else:
+            b.edit()
+            b.final()
+            b.verify(True, request_id=rid(0))
+            if end == "reviewer":
+                ru = {"cached_input_tokens": 0, "input_tokens": rng.randint(1500, 4000),
+                      "output_tokens": rng.randint(100, 500), "provider_total_tokens": None,
+                      "reasoning_tokens": 0}
+                b.add("review", usage=ru, cost=_cost(REVIEWER[0], REVIEWER[1], ru, REVIEWER[2:]),
+                      provider=REVIEWER[0], model=REVIEWER[1], changed_files=[b.task.path],
+                      preview="Looks correct.")
+            b.finish("completed", "verified")
+        b.close()
+    return b.script()
+
+
 def sc_lanes(seed: int) -> dict[str, Any]:
     """Usage from several lanes with costs: primary, reviewer lane and a cache trace."""
     b = Build("lanes", seed, model=1)
@@ -1280,7 +1468,9 @@ CATALOG: Mapping[str, Callable[[int], dict[str, Any]]] = {
     "verification_denied": sc_verification_denied,
     "verification_failed": sc_verification_failed, "read_batch": sc_read_batch,
     "provider_retries": sc_provider_retries, "provider_failed": sc_provider_failed,
-    "resume": sc_resume, "continuation": sc_continuation, "lanes": sc_lanes,
+    "resume": sc_resume, "continuation": sc_continuation,
+    "continued_reused_ids": sc_continued_reused_ids, "no_manifest": sc_no_manifest,
+    "lanes": sc_lanes,
     "subagents": sc_subagents, "fork": sc_fork, "external": sc_external,
     "unicode": sc_unicode, "crlf": sc_crlf, "bom": sc_bom,
     "no_final_newline": sc_no_final_newline, "duplicate_sequence": sc_duplicate_sequence,
@@ -1303,14 +1493,16 @@ GROUPS: Mapping[str, str] = {
     "completed": "Finished runs (verdict `terminal`): verified completions (current and m4 "
                  "profiles), `no_changes`, repeat-guard near misses, unknown-tool calls, denied "
                  "approvals, `allow_session` reuse, failed-then-passed final verification, "
-                 "read-only parallel batches, provider retries and fallback, reviewer lane.",
+                 "read-only parallel batches, provider retries and fallback, reviewer lane, "
+                 "a run published without its session.json.",
     "failed": "Runs that ended `run.failed` (verdict `terminal`): `repeated_action`, "
               "`max_steps_exceeded` with wind-down, `wall_time_exceeded`, "
               "`token_budget_exceeded` after compaction, provider failures.",
     "cancelled": "Runs that ended `run.cancelled`: approval cancelled, final-verification "
                  "approval denied then cancelled.",
     "resumed": "Crash then `resume` (`session.resumed`, `approval.abandoned`, downtime charged) "
-               "and conversation continuation (`session.continued`, two terminal events).",
+               "and conversation continuation (`session.continued`, two terminal events; "
+               "one session whose tool-call and approval ids repeat across turns).",
     "subagents": "Parents that dispatched subagents; child runs nested in "
                  "`<parent>/subagents/<id>/` (kind `subagent`).",
     "forks": "Fork runs (`fork-<hex>`, one declaration-order `run.forked` line; verdict "
@@ -1338,6 +1530,7 @@ SAMPLE_PLAN: tuple[tuple[str, str, tuple[int, ...]], ...] = (
     ("completed", "read_batch", (1, 2, 3)),
     ("completed", "provider_retries", (1, 2, 3)),
     ("completed", "lanes", (1, 2)),
+    ("completed", "no_manifest", (1,)),
     ("failed", "repeated_action", (1, 2)),
     ("failed", "max_steps", (1, 2, 3, 4)),
     ("failed", "wall_time", (1, 2, 3)),
@@ -1347,6 +1540,7 @@ SAMPLE_PLAN: tuple[tuple[str, str, tuple[int, ...]], ...] = (
     ("cancelled", "verification_denied", (1, 2)),
     ("resumed", "resume", (1, 2, 3, 4)),
     ("resumed", "continuation", (1, 2, 3)),
+    ("resumed", "continued_reused_ids", (1,)),
     ("subagents", "subagents", (1, 2, 3)),
     ("forks", "fork", (1, 2, 3)),
     ("external", "external", (1, 2, 3, 4)),
@@ -1405,9 +1599,10 @@ def generate_sample_runs(out: str) -> list[dict[str, Any]]:
                     os.unlink(p)
     os.makedirs(out, exist_ok=True)
     rows: list[dict[str, Any]] = []
+    truth = TruthLog(out)
     ex = os.path.join(out, "example")
     os.makedirs(ex)
-    rd = run_script(example_script(), ex)
+    rd = run_script(example_script(), ex, truth=truth)
     rows.append({"group": "example", "run": os.path.relpath(rd, out), "scenario": "example_m4",
                  "seed": 0, "shows": "the spec's example run, re-created"})
     for group, name, seeds in SAMPLE_PLAN:
@@ -1416,21 +1611,49 @@ def generate_sample_runs(out: str) -> list[dict[str, Any]]:
         for seed in seeds:
             script = CATALOG[name](seed)
             before = set(os.listdir(gdir))
-            rd = run_script(script, gdir)
+            rd = run_script(script, gdir, truth=truth)
             doc = (CATALOG[name].__doc__ or "").strip().splitlines()[0]
             for extra in sorted(set(os.listdir(gdir)) - before - {os.path.basename(rd)}):
                 rows.append({"group": group, "run": f"{group}/{extra}", "scenario": "verified",
                              "seed": seed + 100, "shows": f"source of the fork `{rd[-37:]}`"})
             rows.append({"group": group, "run": os.path.relpath(rd, out), "scenario": name,
                          "seed": seed, "shows": doc})
+    records: list[dict[str, Any]] = []
     for group, name, seed, cut, verdict, shows in CRASH_PLAN:
         gdir = os.path.join(out, group)
         os.makedirs(gdir, exist_ok=True)
         res = cut_run(name, seed, cut, gdir, timeout=60.0)
         rows.append({"group": group, "run": os.path.relpath(res.run_dir, out), "scenario": name,
                      "seed": seed, "shows": f"killed at `{cut}`: {shows} (expected `{verdict}`)"})
+        records.extend(cut_truth(name, seed, cut, group))
+    write_truth(os.path.join(out, TRUTH_FILE), records + truth.records())
     _write_readme(out, rows)
     return rows
+
+
+def cut_truth(scenario: str, seed: int, cut: str, prefix: str = "") -> list[dict[str, Any]]:
+    """The truth records of a run killed at ``cut`` (:func:`~rivumi_analysis.synth.crash.cut_run`
+    writes it in a child process, which dies with what it knew): the same script written
+    in-process into a temporary folder, stopped at the same protocol point (the writer is
+    deterministic, so the files are the same); ``run`` paths get ``prefix``."""
+    import tempfile
+
+    from rivumi_analysis.synth.crash import CutSpec
+
+    spec = CutSpec.parse(cut)
+    script = get_script(scenario, seed)
+    if spec.point == "torn":
+        script = {**script, "faults": {**script.get("faults", {}), "torn_at": spec.sequence}}
+    at_cut = spec.matcher()
+
+    def hook(point: str, seq: int | None, event_type: str | None) -> None:
+        if at_cut(point, seq, event_type):
+            raise ScriptStop()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = TruthLog(tmp, prefix=prefix)
+        Driver(tmp, script, hook=hook, truth=log).run()
+        return log.records()
 
 
 def _write_readme(out: str, rows: list[dict[str, Any]]) -> None:
@@ -1443,6 +1666,10 @@ def _write_readme(out: str, rows: list[dict[str, Any]]) -> None:
         "regenerates into a temporary folder and compares every byte. Crash runs come from "
         "real SIGKILLs of a child writer at a named cut point; the virtual clock, temp-file "
         "names and the pid in `.writer.lock` are seeded or fixed, so they are reproducible too.",
+        "", "`truth.jsonl` (beside the groups, not a run) is what the writer recorded while "
+        "writing each run: its tool calls and approvals by occurrence, model calls and "
+        "tokens per lane, terminal events and outcome (keys: `rivumi_analysis/synth/truth.py`). "
+        "Tests check the tables against it; the loaders never read it.",
         "", "## Groups", ""]
     for g, text in GROUPS.items():
         n = sum(1 for r in rows if r["group"] == g)

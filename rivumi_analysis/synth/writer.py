@@ -27,7 +27,10 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rivumi_analysis.synth.truth import RunTruth
 
 __all__ = [
     "PROFILES",
@@ -324,14 +327,17 @@ class RunWriter:
             paths of the machine that "ran" the task); defaults to a fixed fake root.
         artifact_rel: the run's path below ``artifact_root`` (subagents:
             ``<parent>/subagents/<id>``); defaults to the directory name.
+        truth: where to record what is written (:class:`~rivumi_analysis.synth.truth.RunTruth`,
+            shared by every writer of the run: resumes and continuations too); None: nothing.
     """
 
     def __init__(self, run_dir: str | os.PathLike[str], *, profile: str = "current",
                  clock: VirtualClock, ids: Ids, fsync: bool = False, hook: Hook | None = None,
                  faults: Faults | None = None, manifest_every: int = 1,
                  artifact_root: str = "/home/dev/.local/state/looplane/runs",
-                 artifact_rel: str | None = None) -> None:
+                 artifact_rel: str | None = None, truth: RunTruth | None = None) -> None:
         self.run_dir = os.fspath(run_dir)
+        self.truth = truth
         self.artifact_rel = artifact_rel
         self.profile = PROFILES[profile]
         self.clock = clock
@@ -436,6 +442,8 @@ class RunWriter:
                 # Fault injection: the line lands in two writes, cut inside its JSON text.
                 cut = max(1, len(data) // 2)
                 os.write(fd, data[:cut])
+                if self.truth is not None:
+                    self.truth.torn = True
                 self.hook("torn", seq, event_type)
                 os.write(fd, data[cut:])
             else:
@@ -462,13 +470,18 @@ class RunWriter:
         self.m["updated_at"] = now
         self.m["writer_heartbeat_at"] = now
         self.atomic_write("session.json", dumps_compact(self.m), seq=seq, event_type=event_type)
+        if self.truth is not None:
+            self.truth.active_wall_time_seconds = self.m["active_wall_time_seconds"]
         if self._fast_buf and seq is None:
             self.flush_events()
 
     # ----------------------------------------------------------------- emit protocol (§3.4)
     def emit(self, event_type: str, data: Mapping[str, Any], *, event_id: str | None = None,
-             at: str | None = None) -> int:
-        """``RunPersistence.emit``: build the event, save the manifest, append, count."""
+             at: str | None = None, truth: Callable[[int], None] | None = None) -> int:
+        """``RunPersistence.emit``: build the event, save the manifest, append, count.
+
+        ``truth(line_no)``: what the line means for the run's truth (which call or approval
+        it opens or closes), recorded as soon as the line is written, before any hook."""
         if self.pins.events:
             pin_at, pin_id = self.pins.events.pop(0)
             at = at or pin_at
@@ -492,6 +505,10 @@ class RunWriter:
         self.save_manifest(seq=seq, event_type=event_type)
         self.hook("manifest_saved", seq, event_type)
         self._append_line(line, seq, event_type)
+        if self.truth is not None:
+            line_no = self.truth.line(event_type, data, event["created_at"])
+            if truth is not None:
+                truth(line_no)
         self.hook("appended", seq, event_type)
         if self.faults.duplicate_at != seq:
             self.seq += 1
@@ -629,6 +646,9 @@ class RunWriter:
         """Add one call's usage to the cumulative usage and (current) to ``model_usage``."""
         full = {**zero_usage(), **usage}
         self.m["usage"] = add_usage(self.m["usage"], full)
+        if self.truth is not None:
+            self.truth.model_usage(full, lane=lane, provider=provider or self.m["provider_name"],
+                                   model=model or self.m["model_id"], logged=False)
         if self.profile.model_usage:
             self.m["model_usage"].append({
                 "cost": dict(cost) if cost is not None else None, "lane": lane,
@@ -649,7 +669,7 @@ class RunWriter:
         self.emit("model.completed", {
             "content": bounded_text(content or "", 2000), "finish_reason": finish_reason,
             "step": self.m["step"], "tool_calls": [c["name"] for c in calls],
-            "usage": usage_out(full)})
+            "usage": usage_out(full)}, truth=lambda _ln: self.truth.mark_logged())
 
     @staticmethod
     def tool_call_dict(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -702,7 +722,8 @@ class RunWriter:
         if decision is None and req["effect"] in self.m["granted_effects"]:
             # approval.reused: no policy call; pending is set directly (null for READ).
             self.m["pending_action"] = None if req["effect"] == "read" else req
-            self.emit("approval.reused", self._approval_data(req, preview=False))
+            self.emit("approval.reused", self._approval_data(req, preview=False),
+                      truth=lambda ln: self.truth.approval_reused(req, ln))
             return "allow_once"
         decision = decision or "allow_once"
         self._open_approval(req)
@@ -722,7 +743,8 @@ class RunWriter:
             self.save_manifest()
         data = self._approval_data(req, preview=False)
         data["decision"] = decision
-        self.emit("approval.resolved", data)
+        self.emit("approval.resolved", data,
+                  truth=lambda ln: self.truth.approval_closed(id(req), "resolved", decision, ln))
         return decision
 
     def pending_action_wait(self, req: dict[str, Any]) -> None:
@@ -738,7 +760,9 @@ class RunWriter:
         if self.profile.pause_on_approval:
             self.pause_clock()
         self.save_manifest()
-        self.emit("approval.requested", self._approval_data(req, preview=True))
+        # the truth's occurrence is this request object (ids may repeat)
+        self.emit("approval.requested", self._approval_data(req, preview=True),
+                  truth=lambda ln: self.truth.approval_opened(id(req), req, ln))
         self.hook("waiting_approval", self.seq - 1, "approval.requested")
 
     # ----------------------------------------------------------------- tools
@@ -759,13 +783,16 @@ class RunWriter:
         if len(enc.encode()) > limit:
             args = {"omitted": True, "sha256": hashlib.sha256(enc.encode()).hexdigest(),
                     "utf8_bytes": len(enc.encode())}
+        # the truth's occurrence is this call object (ids may repeat)
         self.emit("tool.requested", {"arguments": args, "effect": effect, "name": call["name"],
-                                     "tool_call_id": call["tool_call_id"]})
+                                     "tool_call_id": call["tool_call_id"]},
+                  truth=lambda ln: self.truth.call_requested(id(call), call, effect, ln))
 
     def tool_started(self, call: Mapping[str, Any], effect: str) -> None:
         """Emit ``tool.started``; ``pending_action`` is cleared only once it is durable."""
         self.emit("tool.started", {"effect": effect, "name": call["name"],
-                                   "tool_call_id": call["tool_call_id"]})
+                                   "tool_call_id": call["tool_call_id"]},
+                  truth=lambda ln: self.truth.call_started(id(call), ln))
         self.m["pending_action"] = None
 
     def tool_completed(self, call: Mapping[str, Any], *, ok: bool, content: str,
@@ -780,7 +807,8 @@ class RunWriter:
         if verification is not None:
             data["verification"] = {**verification,
                                     "output": bounded_text(verification["output"], 2000)}
-        self.emit("tool.completed", data)
+        self.emit("tool.completed", data, truth=lambda ln: self.truth.call_completed(
+            id(call), call, ln, ok=ok, executed=executed, error=obs["error"]))
 
     # ----------------------------------------------------------------- verification
     def verification_started(self, check: Mapping[str, Any]) -> None:
@@ -919,7 +947,8 @@ class RunWriter:
         self.m["pending_action"] = None
         self.emit("approval.abandoned", {"action_id": req["action_id"], "effect": req["effect"],
                                          "reason": "process_interrupted_before_decision",
-                                         "request_id": req["request_id"]})
+                                         "request_id": req["request_id"]},
+                  truth=lambda ln: self.truth.approval_abandoned(req, ln))
 
     def continue_turn(self, instruction: str, *, writer_token: str | None = None) -> None:
         """Conversation continuation: reopen a terminal session for a new user turn."""

@@ -218,9 +218,8 @@ def load_rows(source: Source | None, *, strict: bool, max_depth: int, rows: Rows
     ``skipped``), added before the table is built.
 
     A strict load's workers hand back the quarantine rows of their runs, not the runs. Loaded
-    runs (a fleet) take :func:`load`. Runs on object storage are read in this process: a
-    forked child must not use the parent's ``pyarrow.fs`` clients, and a spawned one would
-    not have the filesystems registered here (``read.uri.register_filesystem``).
+    runs (a fleet) take :func:`load`. Runs on object storage are read in this process
+    (``read.executor.map_chunks``: a worker would not have the filesystems registered here).
     """
     names = tuple(polars_schema(model))
     table = table or functools.partial(frame, model=model)
@@ -232,8 +231,6 @@ def load_rows(source: Source | None, *, strict: bool, max_depth: int, rows: Rows
 
     found = discover(source, max_depth=max_depth)
     locations = found.runs
-    if any("://" in loc.run_dir for loc in locations):
-        jobs = 1
     columns: Columns = {name: [] for name in names}
     bad: list[dict[str, Any]] = []
     work = functools.partial(_rows_chunk, rows=rows, names=names, keep_quarantined=strict)
@@ -359,34 +356,13 @@ def load_columnar(source: Source | None, *, strict: bool, max_depth: int,
     return table
 
 
-POOL_MIN_RUNS = 256
-"""From this many runs on, :func:`map_chunks` uses a process pool when ``jobs`` is not given."""
-
-
 def map_chunks(work: Callable[[list[Any]], Any], locations: list[Any],
                jobs: int | None = None) -> list[Any]:
-    """``work`` over chunks of ``locations`` in run order: in a process pool for a large
-    fleet (``work`` must then use no polars: a forked child cannot use the parent's polars
-    thread pool), else (or when no pool can be made) in this process."""
-    from ..read.cache import PARALLEL_MIN_RUNS, _pool_context, default_jobs
+    """``work`` over chunks of ``locations`` in run order (``read.executor.map_chunks``:
+    worker processes for a large fleet on local disk, else this process)."""
+    from ..read.executor import map_chunks as run
 
-    n_jobs = default_jobs() if jobs is None else max(1, jobs)
-    n_jobs = min(n_jobs, max(1, len(locations) // 8))
-    # by default only a large fleet: measured on 2,000 runs, two workers cost 0-10 % more
-    # CPU than they save, so a small fleet stays in this process
-    if n_jobs <= 1 or len(locations) < (POOL_MIN_RUNS if jobs is None else PARALLEL_MIN_RUNS):
-        return [work(locations)]
-    size = max(8, min(64, len(locations) // (n_jobs * 4)))
-    chunks = [locations[i:i + size] for i in range(0, len(locations), size)]
-    try:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=n_jobs, mp_context=_pool_context()) as ex:
-            return list(ex.map(work, chunks))
-    except (ImportError, OSError):
-        # no process pool here (a sandbox, or privileges dropped after import so the pool's
-        # modules cannot be loaded): the same work, in this process
-        return [work(locations)]
+    return list(run(work, locations, jobs=jobs))
 
 
 def _parts_chunk(locations: list[Any], *, builders: Builders,

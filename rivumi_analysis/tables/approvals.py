@@ -1,4 +1,4 @@
-"""``approvals_df``: one row per approval request: requested then resolved, reused or abandoned, with the decision and the wait time."""
+"""``approvals_df``: one row per approval in the log (by occurrence: ids may repeat): requested then resolved or abandoned, or reused, with the decision and the wait time."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
+from ..read.occurrences import Occurrences
 from ..read.snapshot import RunData
 from ._common import (
     Builders,
@@ -19,7 +20,7 @@ from ._common import (
     wanted_lines,
 )
 
-WANTS = (frozenset(), ("approval.",))
+WANTS = (frozenset({"tool.requested"}), ("approval.",))
 """The event types this table reads (names, prefixes); its builders read no other."""
 
 
@@ -29,38 +30,62 @@ def approvals_frame(runs: Iterable[RunData]) -> pl.DataFrame:
 
 def approvals_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
     """The rows of ``runs`` (no polars: safe in a forked worker); events of other types than
-    :data:`WANTS` are never read."""
+    :data:`WANTS` are never read. One row per approval occurrence; ``tool_call_line_no`` is
+    the line of the latest ``tool.requested`` of its ``action_id`` (the call it approves:
+    the grammar puts a call's approval right after its request): ``approval.requested``
+    and ``approval.reused`` open one (whatever the id); ``approval.resolved`` and
+    ``approval.abandoned`` close the most recent open request of their id, or open their own
+    row when none is open (:class:`~rivumi_analysis.read.occurrences.Occurrences`)."""
     rows: list[dict[str, Any]] = []
     for run in runs:
-        reqs: dict[str, dict[str, Any]] = {}
+        reqs = Occurrences()
+        requested: dict[str, int] = {}  # tool_call_id -> line of its latest tool.requested
         for e in run.events:
-            if not e.event_type.startswith("approval."):
+            et = e.event_type
+            if et == "tool.requested":
+                tcid = e.data.get("tool_call_id")
+                if isinstance(tcid, str):
+                    requested[tcid] = e.line_no
+                continue
+            if not et.startswith("approval."):
                 continue
             d = e.data
             rid = d.get("request_id")
             if not isinstance(rid, str):
                 continue
-            row = reqs.get(rid)
+            outcome = _CLOSING.get(et)
+            if et != "approval.requested" and outcome is None:
+                continue
+            row = reqs.close(rid) if outcome in ("resolved", "abandoned") else None
             if row is None:
-                row = reqs[rid] = {
-                    "run_dir": run.run_dir, "run_id": run.run_id, "request_id": rid,
-                    "action_id": _str(d.get("action_id")), "effect": _str(d.get("effect")),
-                    "reason": _str(d.get("reason")), "policy_reason": _str(d.get("policy_reason")),
-                    "outcome": "open", "decision": None, "requested_sequence": None,
-                    "closed_sequence": None, "requested_at": None, "closed_at": None,
+                action = _str(d.get("action_id"))
+                row = {
+                    "run_dir": run.run_dir, "run_id": run.run_id, "line_no": e.line_no,
+                    "request_id": rid, "action_id": action,
+                    "tool_call_line_no": requested.get(action) if action is not None else None,
+                    "effect": _str(d.get("effect")), "reason": _str(d.get("reason")),
+                    "policy_reason": _str(d.get("policy_reason")), "outcome": "open",
+                    "decision": None, "requested_sequence": None, "closed_sequence": None,
+                    "requested_line_no": None, "closed_line_no": None, "requested_at": None,
+                    "closed_at": None,
                 }
-            if e.event_type == "approval.requested":
+                rows.append(row)
+                reqs.open(rid, row)
+                if outcome is not None:
+                    reqs.close(rid)
+            if et == "approval.requested":
                 row["requested_sequence"], row["requested_at"] = e.sequence, e.created_at
-            elif e.event_type in ("approval.resolved", "approval.reused", "approval.abandoned"):
-                row["outcome"] = e.event_type.split(".", 1)[1]
-                row["closed_sequence"], row["closed_at"] = e.sequence, e.created_at
-                row["decision"] = (_str(d.get("decision")) if e.event_type == "approval.resolved"
-                                   else "allow_once" if e.event_type == "approval.reused" else None)
-                if row["policy_reason"] is None:
-                    row["policy_reason"] = _str(d.get("policy_reason"))
-        for row in reqs.values():
-            row["wait_seconds"] = _seconds(row["requested_at"], row["closed_at"])
-            rows.append(row)
+                row["requested_line_no"] = e.line_no
+                continue
+            row["outcome"] = outcome
+            row["closed_sequence"], row["closed_at"] = e.sequence, e.created_at
+            row["closed_line_no"] = e.line_no
+            row["decision"] = (_str(d.get("decision")) if outcome == "resolved"
+                               else "allow_once" if outcome == "reused" else None)
+            if row["policy_reason"] is None:
+                row["policy_reason"] = _str(d.get("policy_reason"))
+    for row in rows:
+        row["wait_seconds"] = _seconds(row["requested_at"], row["closed_at"])
     return rows
 
 
@@ -70,12 +95,14 @@ def approvals_table(runs: Sequence[RunData]) -> pl.DataFrame:
     return derived_frame(runs, BUILDERS, _model())
 
 
-_COLUMNS = ("run_dir", "run_id", "request_id", "action_id", "effect", "reason", "policy_reason",
-            "outcome", "decision", "requested_sequence", "closed_sequence", "requested_at",
-            "closed_at", "wait_seconds")
-_POLICY, _OUTCOME, _DECISION, _REQ_SEQ, _CLOSED_SEQ, _REQ_AT, _CLOSED_AT = map(_COLUMNS.index, (
+_COLUMNS = ("run_dir", "run_id", "line_no", "request_id", "action_id", "tool_call_line_no",
+            "effect", "reason",
+            "policy_reason", "outcome", "decision", "requested_sequence", "closed_sequence",
+            "requested_line_no", "closed_line_no", "requested_at", "closed_at", "wait_seconds")
+(_POLICY, _OUTCOME, _DECISION, _REQ_SEQ, _CLOSED_SEQ, _REQ_LINE, _CLOSED_LINE, _REQ_AT,
+ _CLOSED_AT) = map(_COLUMNS.index, (
     "policy_reason", "outcome", "decision", "requested_sequence", "closed_sequence",
-    "requested_at", "closed_at"))
+    "requested_line_no", "closed_line_no", "requested_at", "closed_at"))
 _CLOSING = {"approval.resolved": "resolved", "approval.reused": "reused",
             "approval.abandoned": "abandoned"}
 
@@ -83,38 +110,51 @@ _CLOSING = {"approval.resolved": "resolved", "approval.reused": "reused",
 def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
     """:func:`approvals_rows` of clean logs, from their columns (``fast``: envelopes and
     parsed ``data``), as positional rows: no ``Event``, no row dict; only the events of
-    :data:`WANTS` are visited (``wanted_lines``)."""
+    :data:`WANTS` are visited (``wanted_lines``). A clean log's line ``j`` (0-based) is its
+    physical line ``j + 1``."""
     rows: list[list[Any]] = []
     for run in runs:
         dec = run.fast
         envelopes, objects = dec.envelopes, dec.objects
         run_dir, run_id = run.run_dir, run.run_id
-        reqs: dict[str, list[Any]] = {}
+        reqs = Occurrences()
+        requested: dict[str, int] = {}
         for j in wanted_lines(dec, WANTS):
             d = objects[j]
+            e = envelopes[j]
+            et = e.event_type
+            if et == "tool.requested":
+                tcid = d.get("tool_call_id")
+                if type(tcid) is str:
+                    requested[tcid] = j + 1
+                continue
             rid = d.get("request_id")
             if type(rid) is not str:
                 continue
-            e = envelopes[j]
-            et = e.event_type
-            row = reqs.get(rid)
-            if row is None:
-                row = reqs[rid] = [run_dir, run_id, rid, _str(d.get("action_id")),
-                                   _str(d.get("effect")), _str(d.get("reason")),
-                                   _str(d.get("policy_reason")), "open", None, None, None, None,
-                                   None, None]
-                rows.append(row)
-            if et == "approval.requested":
-                row[_REQ_SEQ], row[_REQ_AT] = e.sequence, e.created_at
-                continue
             outcome = _CLOSING.get(et)
-            if outcome is not None:
-                row[_OUTCOME] = outcome
-                row[_CLOSED_SEQ], row[_CLOSED_AT] = e.sequence, e.created_at
-                row[_DECISION] = (_str(d.get("decision")) if outcome == "resolved"
-                                  else "allow_once" if outcome == "reused" else None)
-                if row[_POLICY] is None:
-                    row[_POLICY] = _str(d.get("policy_reason"))
+            if et != "approval.requested" and outcome is None:
+                continue
+            row = reqs.close(rid) if outcome in ("resolved", "abandoned") else None
+            if row is None:
+                action = _str(d.get("action_id"))
+                row = [run_dir, run_id, j + 1, rid, action,
+                       requested.get(action) if action is not None else None,
+                       _str(d.get("effect")), _str(d.get("reason")),
+                       _str(d.get("policy_reason")), "open", None, None, None, None, None,
+                       None, None, None]
+                rows.append(row)
+                reqs.open(rid, row)
+                if outcome is not None:
+                    reqs.close(rid)
+            if et == "approval.requested":
+                row[_REQ_SEQ], row[_REQ_AT], row[_REQ_LINE] = e.sequence, e.created_at, j + 1
+                continue
+            row[_OUTCOME] = outcome
+            row[_CLOSED_SEQ], row[_CLOSED_AT], row[_CLOSED_LINE] = e.sequence, e.created_at, j + 1
+            row[_DECISION] = (_str(d.get("decision")) if outcome == "resolved"
+                              else "allow_once" if outcome == "reused" else None)
+            if row[_POLICY] is None:
+                row[_POLICY] = _str(d.get("policy_reason"))
     return rows
 
 
@@ -129,7 +169,10 @@ BUILDERS = Builders(
 
 def approvals_df(source: Any = None, *, strict: bool = False,
                  max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
-    """One row per approval request: requested then resolved, reused or abandoned, with the decision and the wait time.
+    """One row per approval in the log (by occurrence: ids may repeat): requested then resolved or abandoned, or reused, with the decision and the wait time.
+
+    An approval is keyed by ``(run_dir, line_no)``, the line that opened it; a reused
+    ``request_id`` is the run warning ``duplicate_request_id``.
 
     Args:
         source: a run directory, a folder of runs, or a list of either; ``None`` uses the

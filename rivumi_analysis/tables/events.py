@@ -44,15 +44,15 @@ def load_events(source: Source | None, *, strict: bool, max_depth: int,
                 jobs: int | None = None) -> pl.DataFrame:
     """``events_df``'s flow: the columnar engine, in worker processes for a large fleet.
 
-    Workers (forked, importing neither pyarrow nor polars) read chunks of runs: a clean log
+    Workers (``read.executor``; importing neither pyarrow nor polars) read chunks of runs: a clean log
     (``read.cleanlog``, the audit's proof) becomes plain column buffers (bytes and offsets,
     no object per event), any other log the exact path's rows. The parent wraps the buffers
     as Arrow arrays without copying (importing pyarrow while the workers run) and
     concatenates; the exact path's rows are validated (:func:`_checked`). Identical for
     any number of workers.
     """
-    from ..read.cache import PARALLEL_MIN_RUNS, _pool_context, default_jobs
     from ..read.discovery import discover
+    from ..read.executor import InProcess, choose, chunked, on_object_storage
     from ..read.snapshot import is_loaded
 
     if is_loaded(source):
@@ -60,55 +60,38 @@ def load_events(source: Source | None, *, strict: bool, max_depth: int,
 
         return load(source, strict=strict, max_depth=max_depth, builder=events_frame)
     locations = discover(source, max_depth=max_depth).runs
-    n_jobs = default_jobs() if jobs is None else max(1, jobs)
-    n_jobs = min(n_jobs, max(1, len(locations) // 8))
     work = functools.partial(_events_chunk, keep_quarantined=strict)
     table = _Table()
     quarantined: list[RunData] = []
-    pooled = False
-    if n_jobs > 1 and len(locations) >= PARALLEL_MIN_RUNS:
-        # small chunks: a worker holds one chunk of runs at a time (peak RSS 725 -> 602 MB
-        # for 2,000 runs / 203 MB with 256 -> 64 runs per chunk; same CPU)
-        size = max(8, min(64, len(locations) // (n_jobs * 4)))
-        chunks = [locations[i:i + size] for i in range(0, len(locations), size)]
-        shared = _shared_prefix()
-        try:
-            _events_in_pool(functools.partial(work, shared=shared), chunks, n_jobs,
-                            _pool_context(), table, quarantined)
-            pooled = True
-        except (ImportError, OSError):
-            # no process pool here (a sandbox, or privileges dropped after import so the
-            # pool's modules cannot be loaded): the same rows, read in this process
-            table, quarantined = _Table(), []
-        finally:
-            if shared is not None:  # what a failed or interrupted load left behind
-                _remove_shared(shared)
-    if not pooled:
+    executor, workers = choose(len(locations), jobs, local_only=on_object_storage(locations))
+    if isinstance(executor, InProcess):
         segments, quarantined = work(locations)
         for seg in segments:
             table.add(seg)
+    else:
+        # small chunks: a worker holds one chunk of runs at a time (peak RSS 725 -> 602 MB
+        # for 2,000 runs / 203 MB with 256 -> 64 runs per chunk; same CPU)
+        chunks = chunked(locations, workers=workers)
+        shared = _shared_prefix()
+        try:
+            results = executor.map(functools.partial(work, shared=shared), chunks)
+            # meanwhile, what the parent needs afterwards (pyarrow: ~0.1 CPU-s in a fresh
+            # process)
+            import pyarrow  # noqa: F401
+
+            for segments, bad in results:
+                for seg in segments:  # converted as they come: one chunk's Arrow at a time
+                    table.add(seg)
+                quarantined.extend(bad)
+        finally:
+            if shared is not None:  # what a failed or interrupted load left behind
+                _remove_shared(shared)
     frame = table.checked()
     if quarantined:  # (only kept by a strict load; ._common imports pandera)
         from ._common import check_strict
 
         check_strict(quarantined, strict)
     return frame
-
-
-def _events_in_pool(work: Any, chunks: list[list[Any]], n_jobs: int, context: Any,
-                    table: _Table, quarantined: list[RunData]) -> None:
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(max_workers=n_jobs, mp_context=context) as ex:
-        results = ex.map(work, chunks)  # every chunk submitted now: the workers start
-        # meanwhile, what the parent needs afterwards (pyarrow: ~0.1 CPU-s in a fresh
-        # process), instead of before forking
-        import pyarrow  # noqa: F401
-
-        for segments, bad in results:
-            for seg in segments:  # converted as they come: one chunk's Arrow at a time
-                table.add(seg)
-            quarantined.extend(bad)
 
 
 def _checked(frames: list[pl.DataFrame], exact: list[pl.DataFrame],

@@ -124,10 +124,10 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (
          report=True),
     _run("manifests", "run with a session.json that parses as JSON", ("run_dir",),
          "ManifestsSchema", build="rivumi_analysis.tables.manifests:manifests_frame"),
-    _run("tool_calls", "tool call (requested → started → completed by tool_call_id)",
-         ("run_dir", "tool_call_id"), "ToolCallsSchema", report=True),
-    _run("approvals", "approval request (resolved / reused / abandoned / open)",
-         ("run_dir", "request_id"), "ApprovalsSchema", report=True),
+    _run("tool_calls", "tool call in the log, by occurrence (requested → started → "
+         "completed; ids may repeat)", ("run_dir", "line_no"), "ToolCallsSchema", report=True),
+    _run("approvals", "approval in the log, by occurrence (resolved / reused / abandoned / "
+         "open; ids may repeat)", ("run_dir", "line_no"), "ApprovalsSchema", report=True),
     _run("model_calls", "model step (model.requested and what followed)",
          ("run_dir", "requested_line_no"), "ModelCallsSchema", report=True),
     _run("usage", "model-usage record (one model call, any lane)", ("run_dir", "index"),

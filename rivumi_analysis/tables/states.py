@@ -163,7 +163,7 @@ def states_df(source: Any = None, *, strict: bool = False, max_depth: int = 8,
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
     locations = _locations(source, max_depth, engine)
-    if locations is not None and len(locations) >= STATES_POOL_MIN_RUNS:
+    if locations is not None:
         done = _states_in_pool(locations, charge_approval_waits, engine)
         if done is not None:
             pieces, quarantined = done
@@ -310,46 +310,35 @@ def _with_columns(runs: list[RunData], events: Any = None) -> dict[int, Any]:
     return rows
 
 
-STATES_POOL_MIN_RUNS = 256
-"""From this many runs on, a path source is read and prepared in worker processes (the pool
-costs 10-18 % more CPU: a smaller fleet stays in this process)."""
-
-
 def _states_in_pool(locations: list[Any], charge_approval_waits: bool | None,
                     engine: str) -> tuple[list[pl.DataFrame], list[RunData]] | None:
     """State rows of a large fleet: workers read chunks of runs and run the sequential part
-    of the vectorised engine (:func:`rivumi_analysis.replay.vectorised.prepare_columnar`, no
-    polars: a forked child cannot use the parent's polars thread pool); this process runs the
-    window expressions. ``None`` when no pool can be made here (the caller reads in process).
+    of the vectorised engine (:func:`rivumi_analysis.replay.vectorised.prepare_columnar`); this
+    process runs the window expressions. ``None`` when the fleet is read in this process
+    (``read.executor.choose``: a small fleet, one job, or runs on object storage).
     """
     import functools
 
-    from ..read.cache import _pool_context, default_jobs
+    from ..read.executor import InProcess, choose, chunked, on_object_storage
 
-    n_jobs = min(default_jobs(), max(1, len(locations) // 16))
-    if n_jobs <= 1:
+    executor, workers = choose(len(locations), runs_per_worker=16,
+                               local_only=on_object_storage(locations))
+    if isinstance(executor, InProcess):
         return None
-    size = max(8, min(STATES_BATCH_RUNS, len(locations) // (n_jobs * 4)))
-    chunks = [locations[i:i + size] for i in range(0, len(locations), size)]
+    chunks = chunked(locations, workers=workers, most=STATES_BATCH_RUNS)
     work = functools.partial(_pickled, functools.partial(
         _prepare_chunk, charge_approval_waits=charge_approval_waits))
     pieces: list[pl.DataFrame] = []
     quarantined: list[RunData] = []
-    try:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=n_jobs, mp_context=_pool_context()) as ex:
-            for chunk, blob in zip(chunks, ex.map(work, chunks), strict=True):
-                if blob is None:  # too deeply nested to send back: this chunk here
-                    more, bad = _states_batches(_read(chunk), charge_approval_waits, engine)
-                    pieces.extend(more)
-                    quarantined.extend(bad)
-                    continue
-                prepared = pickle.loads(blob)
-                quarantined.extend(prepared[-1])
-                pieces.append(_finish_chunk(prepared, charge_approval_waits, engine))
-    except (ImportError, OSError):
-        return None  # a sandbox, or privileges dropped after import: read in this process
+    for chunk, blob in zip(chunks, executor.map(work, chunks), strict=True):
+        if blob is None:  # too deeply nested to send back: this chunk here
+            more, bad = _states_batches(_read(chunk), charge_approval_waits, engine)
+            pieces.extend(more)
+            quarantined.extend(bad)
+            continue
+        prepared = pickle.loads(blob)
+        quarantined.extend(prepared[-1])
+        pieces.append(_finish_chunk(prepared, charge_approval_waits, engine))
     return pieces, quarantined
 
 
@@ -555,46 +544,39 @@ def replay_chunks(source: Any = None, *, max_depth: int = 8,
                   manifest_of: Any = None, keep_states: bool = True,
                   ) -> tuple[list[ReplayChunk], list[RunData]]:
     """The engine pass of the cold ``drift_df``/``forks_df``: a source read and reduced chunk
-    by chunk (in worker processes from :data:`STATES_POOL_MIN_RUNS` runs on, as
+    by chunk (in worker processes for a large fleet, ``read.executor.choose``, as
     ``states_df``), and the runs that have quarantined lines (for ``strict``). Arguments as
     :func:`replay_chunk` (``manifest_of`` must be picklable: a module-level function).
     """
     import functools
 
     locations = _locations(source, max_depth, engine)
-    if locations is not None and len(locations) >= STATES_POOL_MIN_RUNS:
-        from ..read.cache import _pool_context, default_jobs
+    if locations is not None:
+        from ..read.executor import InProcess, choose, chunked, on_object_storage
 
-        n_jobs = min(default_jobs(), max(1, len(locations) // 16))
-        if n_jobs > 1:
-            size = max(8, min(STATES_BATCH_RUNS, len(locations) // (n_jobs * 4)))
-            parts = [locations[i:i + size] for i in range(0, len(locations), size)]
+        executor, workers = choose(len(locations), runs_per_worker=16,
+                                   local_only=on_object_storage(locations))
+        if not isinstance(executor, InProcess):
+            parts = chunked(locations, workers=workers, most=STATES_BATCH_RUNS)
             work = functools.partial(_pickled, functools.partial(
                 _prepare_replay_chunk, charge_approval_waits=charge_approval_waits,
                 manifest_of=manifest_of))
             chunks: list[ReplayChunk] = []
             quarantined: list[RunData] = []
-            try:
-                from concurrent.futures import ProcessPoolExecutor
-
-                with ProcessPoolExecutor(max_workers=n_jobs, mp_context=_pool_context()) as ex:
-                    for part, blob in zip(parts, ex.map(work, parts), strict=True):
-                        if blob is None:  # too deeply nested to send back: here
-                            runs = list(_read(part))
-                            quarantined.extend(r for r in runs if r.quarantined)
-                            chunks.append(replay_chunk(
-                                [r for r in runs if r.kind != "external"],
-                                charge_approval_waits=charge_approval_waits, engine=engine,
-                                manifest_of=manifest_of, keep_states=keep_states))
-                            continue
-                        prepared, manifests, bad = pickle.loads(blob)
-                        quarantined.extend(bad)
-                        chunks.append(_replay_finish(prepared, manifests,
-                                                     charge_approval_waits, engine,
-                                                     keep_states))
-                return chunks, quarantined
-            except (ImportError, OSError):
-                pass  # a sandbox, or privileges dropped after import: read in this process
+            for part, blob in zip(parts, executor.map(work, parts), strict=True):
+                if blob is None:  # too deeply nested to send back: here
+                    runs = list(_read(part))
+                    quarantined.extend(r for r in runs if r.quarantined)
+                    chunks.append(replay_chunk(
+                        [r for r in runs if r.kind != "external"],
+                        charge_approval_waits=charge_approval_waits, engine=engine,
+                        manifest_of=manifest_of, keep_states=keep_states))
+                    continue
+                prepared, manifests, bad = pickle.loads(blob)
+                quarantined.extend(bad)
+                chunks.append(_replay_finish(prepared, manifests, charge_approval_waits,
+                                             engine, keep_states))
+            return chunks, quarantined
     runs = (stream_runs(source, max_depth=max_depth) if locations is None
             else _read(locations))
     return _in_batches(runs, functools.partial(

@@ -1,4 +1,4 @@
-"""``tool_calls_df``: one row per tool call, joined by ``tool_call_id`` across requested/started/completed: effect, outcome, error and duration."""
+"""``tool_calls_df``: one row per tool call in the log (by occurrence: ids may repeat), requested → started → completed: effect, outcome, error and duration."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from ..read.discovery import DEFAULT_MAX_DEPTH
+from ..read.occurrences import Occurrences
 from ..read.snapshot import RunData
 from ._common import (
     Builders,
@@ -24,8 +25,11 @@ from ._common import (
     wanted_lines,
 )
 
-WANTS = (frozenset({"model.requested"}), ("tool.",))
+WANTS = (frozenset({"model.requested", "session.resumed", "session.continued"}), ("tool.",))
 """The event types this table reads (names, prefixes); its builders read no other."""
+
+_STEP_BOUNDARIES = frozenset({"model.requested", "session.resumed", "session.continued"})
+"""No tool call stays open past these: a call belongs to the model step that asked for it."""
 
 
 def tool_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
@@ -34,39 +38,61 @@ def tool_calls_frame(runs: Iterable[RunData]) -> pl.DataFrame:
 
 def tool_calls_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
     """The rows of ``runs`` (no polars: safe in a forked worker); events of other types than
-    :data:`WANTS` are never read."""
+    :data:`WANTS` are never read. One row per call occurrence: a ``tool.requested`` opens
+    one (whatever its id), ``tool.started``/``tool.completed`` join the most recent open call
+    of their id in the same model step, or open their own row (an unknown tool's completion;
+    a start whose request is not in the log) (:class:`~rivumi_analysis.read.occurrences.Occurrences`)."""
     rows: list[dict[str, Any]] = []
     for run in runs:
-        calls: dict[str, dict[str, Any]] = {}
+        calls = Occurrences()
         step = None
         batch_ids: set[str] = set()
+        first = len(rows)
         for e in run.events:
             d = e.data
-            if e.event_type == "model.requested":
-                step = _int(d.get("step"))
+            et = e.event_type
+            if et in _STEP_BOUNDARIES:
+                calls.forget_open()
+                if et == "model.requested":
+                    step = _int(d.get("step"))
                 continue
-            if e.event_type == "tool.batch_started":
+            if et == "tool.batch_started":
                 ids = d.get("tool_call_ids")
                 batch_ids |= {i for i in ids if isinstance(i, str)} if isinstance(ids, list) else set()
                 continue
-            if not e.event_type.startswith("tool.") or not isinstance(d.get("tool_call_id"), str):
+            if not et.startswith("tool.") or not isinstance(d.get("tool_call_id"), str):
                 continue
             tcid = d["tool_call_id"]
-            row = calls.get(tcid)
-            if row is None:
-                row = calls[tcid] = {
-                    "run_dir": run.run_dir, "run_id": run.run_id, "tool_call_id": tcid,
-                    "name": _str(d.get("name")), "effect": _str(d.get("effect")), "step": step,
+            row = None
+            if et == "tool.started":
+                row = calls.latest(tcid)
+                if row is not None and row["started_sequence"] is not None:
+                    row = None  # started twice: the second start is a call of its own
+            elif et == "tool.completed":
+                row = calls.close(tcid)
+            if row is None and et in ("tool.requested", "tool.started", "tool.completed"):
+                row = {
+                    "run_dir": run.run_dir, "run_id": run.run_id, "line_no": e.line_no,
+                    "tool_call_id": tcid, "name": _str(d.get("name")),
+                    "effect": _str(d.get("effect")), "step": step,
                     "requested_sequence": None, "started_sequence": None,
-                    "completed_sequence": None, "requested_at": None, "started_at": None,
-                    "completed_at": None, "ok": None, "error": None, "arguments_omitted": False,
-                    "arguments": None, "arguments_preview": None, "arguments_bytes": None,
-                    "result_bytes": None, "result_clipped": None,
+                    "completed_sequence": None, "requested_line_no": None,
+                    "started_line_no": None, "completed_line_no": None, "requested_at": None,
+                    "started_at": None, "completed_at": None, "ok": None, "error": None,
+                    "arguments_omitted": False, "arguments": None, "arguments_preview": None,
+                    "arguments_bytes": None, "result_bytes": None, "result_clipped": None,
                 }
+                rows.append(row)
+                calls.open(tcid, row)
+                if et == "tool.completed":
+                    calls.close(tcid)
+            if row is None:
+                continue
             if row["effect"] is None:
                 row["effect"] = _str(d.get("effect"))
-            if e.event_type == "tool.requested":
+            if et == "tool.requested":
                 row["requested_sequence"], row["requested_at"] = e.sequence, e.created_at
+                row["requested_line_no"] = e.line_no
                 args = d.get("arguments")
                 row["arguments_omitted"] = isinstance(args, dict) and args.get("omitted") is True
                 text = raw_value(e.data_json, "arguments", args)
@@ -75,20 +101,21 @@ def tool_calls_rows(runs: Iterable[RunData]) -> list[dict[str, Any]]:
                     row["arguments_bytes"] = _int(args.get("utf8_bytes"))
                 elif text is not None:
                     row["arguments_bytes"] = len(text.encode("utf-8", "surrogatepass"))
-            elif e.event_type == "tool.started":
+            elif et == "tool.started":
                 row["started_sequence"], row["started_at"] = e.sequence, e.created_at
-            elif e.event_type == "tool.completed":
+                row["started_line_no"] = e.line_no
+            elif et == "tool.completed":
                 row["completed_sequence"], row["completed_at"] = e.sequence, e.created_at
+                row["completed_line_no"] = e.line_no
                 row["ok"], row["error"] = _bool(d.get("ok")), _str(d.get("error"))
                 row["result_bytes"], row["result_clipped"] = clipped_size(_str(d.get("preview")))
                 if row["result_bytes"] is None:
                     row["result_clipped"] = None
-        for row in calls.values():
+        for row in rows[first:]:
             row["executed"] = row["started_sequence"] is not None
             row["in_batch"] = row["tool_call_id"] in batch_ids
             row["duration_seconds"] = _seconds(row["started_at"], row["completed_at"])
             row["outcome"] = _tool_outcome(row)
-            rows.append(row)
     return rows
 
 
@@ -98,18 +125,20 @@ def tool_calls_table(runs: Sequence[RunData]) -> pl.DataFrame:
     return derived_frame(runs, BUILDERS, _model())
 
 
-_COLUMNS = ("run_dir", "run_id", "tool_call_id", "name", "effect", "step", "requested_sequence",
-            "started_sequence", "completed_sequence", "requested_at", "started_at",
+_COLUMNS = ("run_dir", "run_id", "line_no", "tool_call_id", "name", "effect", "step",
+            "requested_sequence", "started_sequence", "completed_sequence", "requested_line_no",
+            "started_line_no", "completed_line_no", "requested_at", "started_at",
             "completed_at", "executed", "ok", "error", "outcome", "in_batch",
             "arguments_omitted", "arguments", "arguments_preview", "arguments_bytes",
             "result_bytes", "result_clipped", "duration_seconds")
-(_TCID, _EFFECT, _REQ_SEQ, _START_SEQ, _DONE_SEQ, _REQ_AT, _START_AT, _DONE_AT, _EXECUTED, _OK,
- _ERROR, _OUTCOME, _IN_BATCH, _OMITTED, _ARGS, _ARGS_PREVIEW, _ARGS_BYTES, _RESULT_BYTES,
- _RESULT_CLIPPED) = map(_COLUMNS.index, (
+(_TCID, _EFFECT, _REQ_SEQ, _START_SEQ, _DONE_SEQ, _REQ_LINE, _START_LINE, _DONE_LINE, _REQ_AT,
+ _START_AT, _DONE_AT, _EXECUTED, _OK, _ERROR, _OUTCOME, _IN_BATCH, _OMITTED, _ARGS,
+ _ARGS_PREVIEW, _ARGS_BYTES, _RESULT_BYTES, _RESULT_CLIPPED) = map(_COLUMNS.index, (
     "tool_call_id", "effect", "requested_sequence", "started_sequence", "completed_sequence",
-    "requested_at", "started_at", "completed_at", "executed", "ok", "error", "outcome",
-    "in_batch", "arguments_omitted", "arguments", "arguments_preview", "arguments_bytes",
-    "result_bytes", "result_clipped"))
+    "requested_line_no", "started_line_no", "completed_line_no", "requested_at",
+    "started_at", "completed_at", "executed", "ok", "error", "outcome", "in_batch",
+    "arguments_omitted", "arguments", "arguments_preview", "arguments_bytes", "result_bytes",
+    "result_clipped"))
 
 
 def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
@@ -117,7 +146,8 @@ def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
     parsed ``data``), as positional rows: no ``Event``, no row dict; only the events of
     :data:`WANTS` are visited (``wanted_lines``). ``arguments`` is the re-encoded value: a
     clean log's ``data`` re-encodes to the line's exact bytes. (Values of parsed JSON are
-    of exact types: ``type(v) is str`` is ``_str``'s ``isinstance``.)"""
+    of exact types: ``type(v) is str`` is ``_str``'s ``isinstance``.) A clean log's line
+    ``j`` (0-based) is its physical line ``j + 1``."""
     from msgspec.json import encode
 
     rows: list[list[Any]] = []
@@ -125,7 +155,7 @@ def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
         dec = run.fast
         envelopes, objects = dec.envelopes, dec.objects
         run_dir, run_id = run.run_dir, run.run_id
-        calls: dict[str, list[Any]] = {}
+        calls = Occurrences()
         step = None
         batch_ids: set[str] = set()
         first = len(rows)
@@ -133,10 +163,12 @@ def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
             e = envelopes[j]
             et = e.event_type
             d = objects[j]
-            if et == "model.requested":
-                step = d.get("step")
-                if type(step) is not int:
-                    step = None
+            if et in _STEP_BOUNDARIES:
+                calls.forget_open()
+                if et == "model.requested":
+                    step = d.get("step")
+                    if type(step) is not int:
+                        step = None
                 continue
             if et == "tool.batch_started":
                 ids = d.get("tool_call_ids")
@@ -146,21 +178,31 @@ def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
             tcid = d.get("tool_call_id")
             if type(tcid) is not str:
                 continue
-            row = calls.get(tcid)
+            row = None
+            if et == "tool.started":
+                row = calls.latest(tcid)
+                if row is not None and row[_START_SEQ] is not None:
+                    row = None
+            elif et == "tool.completed":
+                row = calls.close(tcid)
             if row is None:
+                if et not in ("tool.requested", "tool.started", "tool.completed"):
+                    continue
                 name, effect = d.get("name"), d.get("effect")
-                row = calls[tcid] = [run_dir, run_id, tcid,
-                                     name if type(name) is str else None,
-                                     effect if type(effect) is str else None, step, None, None,
-                                     None, None, None, None, None, None, None, None, None, False,
-                                     None, None, None, None, None, None]
+                row = [run_dir, run_id, j + 1, tcid, name if type(name) is str else None,
+                       effect if type(effect) is str else None, step, None, None, None, None,
+                       None, None, None, None, None, None, None, None, None, None, False,
+                       None, None, None, None, None, None]
                 rows.append(row)
+                calls.open(tcid, row)
+                if et == "tool.completed":
+                    calls.close(tcid)
             elif row[_EFFECT] is None:
                 effect = d.get("effect")
                 if type(effect) is str:
                     row[_EFFECT] = effect
             if et == "tool.requested":
-                row[_REQ_SEQ], row[_REQ_AT] = e.sequence, e.created_at
+                row[_REQ_SEQ], row[_REQ_AT], row[_REQ_LINE] = e.sequence, e.created_at, j + 1
                 args = d.get("arguments")
                 omitted = type(args) is dict and args.get("omitted") is True
                 row[_OMITTED] = omitted
@@ -176,9 +218,9 @@ def _fast_rows(runs: list[RunData]) -> list[list[Any]]:
                 elif raw is not None:
                     row[_ARGS_BYTES] = len(raw)
             elif et == "tool.started":
-                row[_START_SEQ], row[_START_AT] = e.sequence, e.created_at
+                row[_START_SEQ], row[_START_AT], row[_START_LINE] = e.sequence, e.created_at, j + 1
             elif et == "tool.completed":
-                row[_DONE_SEQ], row[_DONE_AT] = e.sequence, e.created_at
+                row[_DONE_SEQ], row[_DONE_AT], row[_DONE_LINE] = e.sequence, e.created_at, j + 1
                 ok, error = d.get("ok"), d.get("error")
                 row[_OK] = ok if type(ok) is bool else None
                 row[_ERROR] = error if type(error) is str else None
@@ -225,7 +267,12 @@ def _tool_outcome(row: dict[str, Any]) -> str:
 
 def tool_calls_df(source: Any = None, *, strict: bool = False,
                   max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
-    """One row per tool call, joined by ``tool_call_id`` across requested/started/completed: effect, outcome, error and duration.
+    """One row per tool call in the log (by occurrence: ids may repeat), requested → started → completed: effect, outcome, error and duration.
+
+    A call is keyed by ``(run_dir, line_no)``, the line that opened it: a ``tool_call_id``
+    can repeat (providers reuse ids across the turns of a continued session), so the started
+    and completed events join the most recent open call of their id in the same model step,
+    and a reused id is the run warning ``duplicate_tool_call_id``.
 
     Args:
         source: a run directory, a folder of runs, or a list of either; ``None`` uses the

@@ -111,7 +111,7 @@ def js_bundle(vl_version: str | None) -> str:
     """
     import vl_convert as vlc
 
-    from ..read.cache import default_cache_dir
+    from ..read.incremental import default_cache_dir
 
     path = os.path.join(default_cache_dir(),
                         f"vega-bundle-{vlc.__version__}-{vl_version or 'default'}.js")

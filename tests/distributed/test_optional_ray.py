@@ -36,7 +36,7 @@ def test_normal_paths_never_import_ray() -> None:
 
 
 def test_process_engine_is_the_local_audit() -> None:
-    from rivumi_analysis.audit import audit as local
+    from rivumi_analysis.fleet_audit import audit as local
 
     src = ROOT / "tests" / "fixtures" / "example"
     assert audit(src, engine="process", jobs=1) == local(src, jobs=1)

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from rivumi_analysis.audit import RECORD_FIELDS
-from rivumi_analysis.audit import audit as local_audit
 from rivumi_analysis.distributed import RayAuditResult, audit, make_chunks
 from rivumi_analysis.distributed._tasks import FAULT_ENV
+from rivumi_analysis.fleet_audit import audit as local_audit
 
 from .conftest import two_node_cluster
 

@@ -117,3 +117,20 @@ def test_cli_store_engine_ray(ray_local: Any, fleet: Path, tmp_path: Path,
     out, err = capsys.readouterr()
     assert f"store {tmp_path / 'r'}" in out and "ray: 1/1 chunks" in err
     assert_same_tables(tables(tmp_path / "r"), cold(src))
+
+
+def test_ray_executor_is_the_local_executors_interface(ray_local: Any, fleet: Path) -> None:
+    """``read.executor.map_chunks`` with the Ray executor gives what this process gives,
+    in chunk order, for the audit's chunk function and for a function defined here."""
+    from rivumi_analysis.audit import audit_chunk
+    from rivumi_analysis.distributed import RayExecutor
+    from rivumi_analysis.read.discovery import discover
+    from rivumi_analysis.read.executor import map_chunks
+
+    locs = discover(str(fleet)).runs
+    ray_ex = RayExecutor()
+    got = [r for chunk in map_chunks(audit_chunk, locs, executor=ray_ex, most=8) for r in chunk]
+    assert got == audit_chunk(locs)
+    assert ray_ex.summary.chunks >= 2 and ray_ex.summary.chunks_done == ray_ex.summary.chunks
+    sizes = list(map_chunks(lambda chunk: len(chunk), locs, executor=ray_ex, most=8))
+    assert sum(sizes) == len(locs) and len(sizes) == ray_ex.summary.chunks

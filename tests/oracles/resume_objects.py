@@ -16,6 +16,7 @@ from typing import Any
 from unittest import mock
 
 from rivumi_analysis import resume
+from rivumi_analysis.read.occurrences import reused_ids
 from rivumi_analysis.read.resume_reader import read_for_resume
 from rivumi_analysis.read.snapshot import Event, RunData
 from rivumi_analysis.resume import (
@@ -107,6 +108,7 @@ def _event_warnings(run: RunData, _columns: Any, c: _Collector, manifest: Any,
                     ahead: bool) -> None:
     where = f"{run.run_dir}/events.jsonl"
     events = run.events
+    resume._reused_id_warnings(c, where, reused_ids((e.event_type, e.data) for e in events))
     # pairing of tool and approval events (tail side effects are the verdict's business)
     started: dict[str, Event] = {}
     completed: set[str] = set()
