@@ -30,8 +30,6 @@ from .replay.reducer import (
     state_row,
 )
 from .replay.runner import (
-    _error,
-    _write_stdout,
     canonical_json,
     fork_seed,
     read_events_bytes,
@@ -275,6 +273,23 @@ def render_view(run_dir: str, state: dict[str, Any]) -> str:
                       "with" if charge else "without",
                       _fmt_value(last_row["approval_wait_seconds"]))]
     return "\n".join(lines)
+
+
+def _write_stdout(text: str) -> None:
+    # Always UTF-8, whatever the locale; _printable() already refused lone surrogates.
+    stream = getattr(sys.stdout, "buffer", None)
+    if stream is None:
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()
+    stream.write(text.encode("utf-8"))
+    stream.flush()
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    return 2
 
 
 def cmd_replay(args: Any) -> int:

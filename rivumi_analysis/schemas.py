@@ -21,6 +21,7 @@ import pandera.polars as pa
 import polars as pl
 from pandera.typing.polars import Series  # noqa: F401  (re-exported for users' own models)
 
+from .checks import frame_check
 from .errors import (
     OUTCOMES,
     QUARANTINE_REASONS,
@@ -49,21 +50,6 @@ class _Base(pa.DataFrameModel):
     class Config:
         strict = True  # no undeclared columns
         coerce = False
-
-    @classmethod
-    def validate(cls, check_obj: Any, head: int | None = None, tail: int | None = None,
-                 sample: int | None = None, random_state: int | None = None,
-                 lazy: bool = False, inplace: bool = False) -> Any:
-        """pandera's ``validate``; an eager frame that passes every check in one query
-        (:func:`rivumi_analysis._fastcheck.passes`, at least as strict) is returned as it is,
-        any other goes through pandera (its result or error is the answer)."""
-        if (isinstance(check_obj, pl.DataFrame) and head is None and tail is None
-                and sample is None and not inplace):
-            from ._fastcheck import passes
-
-            if passes(cls, check_obj):
-                return check_obj
-        return super().validate(check_obj, head, tail, sample, random_state, lazy, inplace)
 
 
 # shared wording ---------------------------------------------------------------------------
@@ -358,8 +344,7 @@ class EventsSchema(_Base):
     @pa.dataframe_check
     def key_unique(cls, data: pa.PolarsData) -> pl.LazyFrame:
         """(run_dir, line_no) identifies an event."""
-        return data.lazyframe.select(
-            ~pl.struct("run_dir", "line_no").is_duplicated().alias("key_unique"))
+        return frame_check("key_unique", data.lazyframe)
 
 
 class QuarantineSchema(_Base):
@@ -922,8 +907,7 @@ class StatesSchema(_Base):
     @pa.dataframe_check
     def key_unique(cls, data: pa.PolarsData) -> pl.LazyFrame:
         """(run_dir, line_no) identifies a row."""
-        return data.lazyframe.select(
-            ~pl.struct("run_dir", "line_no").is_duplicated().alias("key_unique"))
+        return frame_check("key_unique", data.lazyframe)
 
 
 class DriftSchema(_Base):
@@ -946,9 +930,7 @@ class DriftSchema(_Base):
     @pa.dataframe_check
     def unexplained_means_no_rule(cls, data: pa.PolarsData) -> pl.LazyFrame:
         """``unexplained`` iff the values differ and no rule explains it."""
-        return data.lazyframe.select(
-            (pl.col("unexplained") == (~pl.col("matches") & pl.col("explanation").is_null()))
-            .alias("unexplained_means_no_rule"))
+        return frame_check("unexplained_means_no_rule", data.lazyframe)
 
 
 class ForksSchema(_Base):

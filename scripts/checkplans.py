@@ -1,25 +1,23 @@
-"""Write rivumi_analysis/_checkplans.py: every pandera model's check plan as data.
+"""Write rivumi_analysis/data/check_plans.json from the live pandera models.
 
-Run after changing a model in rivumi_analysis/schemas.py (tests/test_plancheck.py fails until
-you do): ``.venv/bin/python scripts/checkplans.py``.
+Run after changing a model in rivumi_analysis/schemas.py (tests/test_checks.py fails until you
+do): ``.venv/bin/python scripts/checkplans.py`` from the repository root.
 """
 
 from __future__ import annotations
 
 import pathlib
+import sys
 
-from rivumi_analysis import _fastcheck, schemas
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-
-def models() -> dict[str, type]:
-    """Every model of ``schemas`` (name -> class), in definition order."""
-    return {n: m for n, m in vars(schemas).items()
-            if isinstance(m, type) and issubclass(m, schemas._Base) and m is not schemas._Base}
+from tests.oracles.check_plans import render_plans  # noqa: E402
 
 
 def main() -> None:
-    path = pathlib.Path(_fastcheck.__file__).with_name("_checkplans.py")
-    path.write_text(_fastcheck.render_plans(models()), encoding="utf-8")
+    path = ROOT / "rivumi_analysis" / "data" / "check_plans.json"
+    path.write_text(render_plans(), encoding="utf-8")
     print(f"wrote {path}")
 
 

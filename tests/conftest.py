@@ -11,8 +11,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Hypothesis profiles: "default" (the whole suite, CI) and "dev" (scripts/test.sh --fast, the
+# inner loop: HYPOTHESIS_PROFILE=dev). Tests that set their own max_examples take it through
+# examples(n), so the dev profile reaches them too.
+DEV_MAX_EXAMPLES = 15
+settings.register_profile("dev", max_examples=DEV_MAX_EXAMPLES)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def examples(n: int) -> int:
+    """``max_examples`` for a test that wants ``n``: ``n``, or at most the dev profile's.
+
+    >>> examples(400) in (400, DEV_MAX_EXAMPLES)
+    True
+    """
+    if os.environ.get("HYPOTHESIS_PROFILE") == "dev":
+        return min(n, DEV_MAX_EXAMPLES)
+    return n
+
 EXAMPLE_ID = "a66038f97f204cb3aaa96339f195c37e"
 EXAMPLE_DIR = ROOT / "tests" / "fixtures" / "example" / EXAMPLE_ID
 SAMPLE_RUNS = ROOT / "sample_runs"
@@ -122,3 +142,15 @@ def relay_catalog(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = write_catalog(str(root))
     out["root"] = str(root)
     return out
+
+
+# Test tiers: scripts/test.sh --fast deselects these markers (pyproject [tool.pytest]). A few are
+# given here by what a test uses, so no test can forget them.
+_MARK_BY_FIXTURE = {"relay_catalog": "crash"}  # the catalog is written with real SIGKILLs
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, mark in _MARK_BY_FIXTURE.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(mark)

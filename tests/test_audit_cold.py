@@ -14,7 +14,7 @@ import rivumi_analysis.audit as A
 import rivumi_analysis.read.incremental as C
 import rivumi_analysis.read.snapshot as S
 from rivumi_analysis.fleet_audit import audit
-from tests.conftest import SAMPLE_RUNS
+from tests.conftest import SAMPLE_RUNS, examples
 
 EXAMPLE = Path(__file__).parent / "fixtures" / "example" / "a66038f97f204cb3aaa96339f195c37e"
 
@@ -145,7 +145,7 @@ _JSON = st.recursive(
     max_leaves=20)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(runs=st.lists(st.dictionaries(st.text(max_size=8), _JSON, max_size=5), max_size=3),
        path=st.text())
 def test_json_text_is_json_dumps(runs: list, path: str) -> None:
@@ -212,6 +212,7 @@ def test_audit_manifest_on_every_sample_manifest_and_near_misses() -> None:
     assert nested > 3
 
 
+@pytest.mark.differential
 @pytest.mark.parametrize("index", [0, 1, 2])
 def test_audit_manifest_on_generated_mutations(index: int) -> None:
     """The twin's mutation set (types, missing/extra keys at every level, ranges, NaN and
@@ -274,6 +275,7 @@ def test_whole_manifest_on_every_sample_manifest_and_near_misses() -> None:
         assert S.whole_manifest(S.FileRead(status)) == (None, None, None)
 
 
+@pytest.mark.differential
 @pytest.mark.parametrize("index", [0, 1, 2])
 def test_whole_manifest_on_generated_mutations(index: int) -> None:
     """The twin's mutation set (types, missing and extra keys at every level, ranges, NaN

@@ -19,6 +19,7 @@ from tests.conftest import (
     EXAMPLE_ID,
     dumps,
     example_events,
+    examples,
     first_lines,
     running_manifest,
 )
@@ -398,7 +399,7 @@ def test_pydantic_is_the_oracle_for_accepted_events() -> None:
         st.sampled_from([" 5 ", "+5", "5.0", "1e2", "-1", "0x10", "5_0", "٣", "", "  ", "07"]),
     )
 
-    @settings(max_examples=400, deadline=None)
+    @settings(max_examples=examples(400), deadline=None)
     @given(seq=values, etype=st.one_of(st.text(max_size=3), st.integers(), st.none()))
     def check(seq, etype) -> None:
         line = json.dumps({"sequence": seq, "event_type": etype}).encode()

@@ -71,6 +71,7 @@ def test_fleet_overview_fields_and_selection():
     assert "/abs/root" not in json.dumps(spec)  # run_dir never reaches a chart
 
 
+@pytest.mark.slow
 def test_fleet_overview_scales_to_many_runs():
     spec = C.fleet_overview(_runs(5000)).to_dict()
     assert len(json.dumps(spec)) < 1_000_000

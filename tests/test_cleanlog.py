@@ -31,7 +31,7 @@ from rivumi_analysis.read.cleanlog import CleanLog, clean_log
 from rivumi_analysis.read.discovery import discover
 from rivumi_analysis.read.snapshot import read_run
 from rivumi_analysis.resume import decide
-from tests.conftest import EXAMPLE_DIR, SAMPLE_RUNS, example_events, example_request
+from tests.conftest import EXAMPLE_DIR, SAMPLE_RUNS, example_events, example_request, examples
 from tests.oracles.resume_objects import decide as oracle_decide
 from tests.test_columnar import LINES, MUTATIONS, _mutate
 
@@ -147,7 +147,7 @@ _MUTATION = st.one_of(st.just("none"), st.just("none"), st.sampled_from(sorted(M
                       st.sampled_from(sorted(VERDICT_MUTATIONS)))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(0, len(LINES) - 1), _MUTATION), min_size=1, max_size=10),
        _MUTATION, st.booleans(), st.sampled_from([None, -1, 0, 1, 2]), st.booleans())
 def test_generated_logs(picks: list[tuple[int, str]], tail_mutation: str, renumber: bool,

@@ -75,6 +75,7 @@ def test_export_out_that_is_a_file_is_a_usage_error(tmp_path, capsys):
     assert f.read_text() == "keep"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["report", "export"])
 def test_unwritable_out_is_a_usage_error_without_traceback(command):
     """Run as an unprivileged user (root can write anywhere), in a read-only folder.

@@ -24,7 +24,7 @@ from rivumi_analysis.read.snapshot import (
     fast_lines_and_events,
 )
 from rivumi_analysis.tables.events import events_df
-from tests.conftest import SAMPLE_RUNS, example_events
+from tests.conftest import SAMPLE_RUNS, example_events, examples
 
 LINES = example_events().splitlines(keepends=True)
 
@@ -233,7 +233,7 @@ def _mutate(name: str, line: bytes) -> bytes:
 _MUTATION = st.one_of(st.just("none"), st.sampled_from(sorted(MUTATIONS)))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(0, len(LINES) - 1), _MUTATION),
                 min_size=1, max_size=8),
        _MUTATION, st.booleans())
@@ -258,6 +258,7 @@ def test_generated_logs(picks: list[tuple[int, str]], tail_mutation: str, renumb
 _GENERATED = {"examples": 0, "taken": 0, "taken_multi": 0}
 
 
+@pytest.mark.slow  # statistics over test_generated_logs' 400 examples (not the dev profile's)
 def test_generated_logs_often_take_the_fast_path() -> None:
     """Without this, test_generated_logs would pass with the fast path never taken. Runs
     took it on 62-116 of 400 logs (17 runs, session 9; most logs carry a mutation that

@@ -83,6 +83,7 @@ def test_compare_groups_counts_and_rates_equal_what_was_written(fleet: Path) -> 
         compare_groups(str(fleet), by="nope")
 
 
+@pytest.mark.slow
 def test_report_group_by_and_headline_counts(fleet: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "r.html"
     assert main(["report", str(fleet), "--out", str(out), "--no-store",

@@ -11,6 +11,8 @@ from rivumi_analysis import quarantine_df, runs_df, states_df
 from rivumi_analysis.read.snapshot import load_fleet
 from rivumi_analysis.synth.corpus import generate_corpus
 
+pytestmark = pytest.mark.corpus
+
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):

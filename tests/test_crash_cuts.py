@@ -15,7 +15,7 @@ import pytest
 from rivumi_analysis.audit import audit_run
 from rivumi_analysis.synth.crash import CutSpec, cut_run, describe_run_files
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(90)]
 
 # (scenario, seed, cut, verdict, required reasons, required warnings)
 TABLE = [

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rivumi_analysis.errors import VERDICTS
 from rivumi_analysis.read.snapshot import read_run
 from rivumi_analysis.resume import decide
-from tests.conftest import SAMPLE_RUNS, dumps, example_events, running_manifest
+from tests.conftest import SAMPLE_RUNS, dumps, example_events, examples, running_manifest
 
 
 def _check(run_dir: Path, cut: bytes) -> None:
@@ -41,6 +42,7 @@ def _check(run_dir: Path, cut: bytes) -> None:
                           if ln.status == "quarantined" else b"")
 
 
+@pytest.mark.differential
 def test_every_byte_cut_of_a_small_real_log(tmp_path: Path) -> None:
     # the first 12 events of the runner's own example (one full tool call), every offset
     data = b"".join(example_events().splitlines(keepends=True)[:12])
@@ -56,7 +58,7 @@ def _sample_logs() -> list[Path]:
                   and not p.is_symlink())[:12] if SAMPLE_RUNS.is_dir() else []
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data())
 def test_sampled_cuts_of_sample_runs(tmp_path_factory, data) -> None:
     logs = _sample_logs() or [None]

@@ -31,7 +31,7 @@ from rivumi_analysis.read.discovery import discover
 from rivumi_analysis.read.snapshot import iter_runs
 from rivumi_analysis.store.build import read_runs, read_runs_for_tables
 from rivumi_analysis.tables._common import checked_views, is_clean, polars_schema
-from tests.conftest import SAMPLE_RUNS
+from tests.conftest import SAMPLE_RUNS, examples
 from tests.test_replay_helpers import manifest
 
 TABLES = ("tool_calls", "approvals", "model_calls", "usage", "verifications", "messages")
@@ -195,7 +195,7 @@ def _log(events: list[tuple[str, dict[str, Any], datetime]]) -> bytes:
     return b"".join(lines)
 
 
-@settings(max_examples=100, deadline=None,
+@settings(max_examples=examples(100), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                  HealthCheck.data_too_large])
 @given(st.lists(st.tuples(st.lists(_EVENT, min_size=5, max_size=60), _MANIFEST),

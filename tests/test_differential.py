@@ -20,6 +20,8 @@ from tests.differential.compare import compare_run
 from tests.differential.mutations import FAMILIES, cases, load_sources
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.differential
+
 SEED = 20261201
 PER_FAMILY = 40  # x 7 families = 280 cases in CI
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from rivumi_analysis.read.docskim import SKIM_KEYS, skim_doc
 from rivumi_analysis.read.io import FileRead
 from rivumi_analysis.read.snapshot import _parse_json_doc
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted(p for base in (ROOT / "sample_runs", ROOT / "tests" / "fixtures")
@@ -93,7 +94,7 @@ _INSERTS = [b'"', b"\\", b"\xff", b"\xc3", b"\x00", b"\x01", b"{", b"[", b"}", b
             b" ", b"e", b"1e999", b"NaN", b"\\ud800", b'"run_id":"z",', b"9" * 650, b"-", b"."]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, len(_BASE)), st.sampled_from(_INSERTS),
                           st.integers(0, 3)), min_size=1, max_size=3))
 def test_mutations(edits: list[tuple[int, bytes, int]]) -> None:

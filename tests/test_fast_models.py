@@ -206,6 +206,7 @@ def test_timestamp_pattern_is_fromisoformat_on_the_runner_shape() -> None:
                 assert (fm._TS.fullmatch(ts) is not None) == iso_ok(ts), ts
 
 
+@pytest.mark.differential  # a fleet of mutated runs audited twice
 def test_records_equal_with_and_without_the_twins(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """End to end: verdict, reasons (codes) and messages are pydantic's."""

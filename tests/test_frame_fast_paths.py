@@ -4,9 +4,6 @@
   array when every value is a list of strings: equal to ``pl.DataFrame(rows, schema=...)``
   (the frame it replaces), also when some value is not (it falls back), with lone
   surrogates, missing keys and both ``strict`` settings;
-* ``tables.drift._j`` writes str, int, float, None and bools without the JSON encoder's
-  per-call set-up: equal to the encoder (``json.dumps(..., ensure_ascii=False,
-  sort_keys=True, separators=(",", ":"))``) on every value, NaN and huge ints included;
 * ``tables.drift`` builds its frame from positional rows: ``drift_rows`` keeps its dict rows
   and ``drift_of_rows`` takes either, with the same frame; ``rows_of`` (both sides as tuples)
   equals its dict formulation, kept here as the oracle, on manifests with values of every
@@ -28,7 +25,8 @@ from polars.testing import assert_frame_equal
 
 from rivumi_analysis.read.decode import _without_lone_surrogates
 from rivumi_analysis.tables._common import rows_frame
-from rivumi_analysis.tables.drift import _SCHEMA, _j, drift_of_rows
+from rivumi_analysis.tables.drift import _SCHEMA, drift_of_rows
+from tests.conftest import examples
 
 _TEXT = st.text(max_size=6)  # any code point, lone surrogates included
 _SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), _TEXT,
@@ -53,7 +51,7 @@ def _reference(rows: list[dict[str, Any]], schema: dict[str, Any], strict: bool)
         return pl.DataFrame(_without_lone_surrogates(rows), schema=schema, strict=strict)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(_ROW, max_size=6), st.booleans())
 def test_rows_frame_string_lists_equal_polars_own_frame(rows: list[dict[str, Any]],
                                                         strict: bool) -> None:
@@ -76,28 +74,6 @@ def test_rows_frame_takes_the_list_shortcut_and_falls_back() -> None:
     assert got["l"].to_list()[0] == ["p", "3"]
     assert_frame_equal(got, _reference(mixed, _SCHEMA_LISTS, False))
     assert rows_frame([], _SCHEMA_LISTS).schema == pl.Schema(_SCHEMA_LISTS)
-
-
-_ENCODE = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
-
-
-@settings(max_examples=500, deadline=None)
-@given(_JSON)
-def test_drift_text_is_the_json_encoders(value: Any) -> None:
-    try:
-        want = _ENCODE(value)
-    except ValueError as exc:  # an int past Python's digit limit: the same error
-        with pytest.raises(type(exc)):
-            _j(value)
-        return
-    assert _j(value) == want
-
-
-def test_drift_text_edge_values() -> None:
-    for value in (True, False, None, 0, -0.0, 1e16, 1e-05, 2.5, float("inf"), float("-inf"),
-                  float("nan"), 10**40, "", "a\"\\\n\x00\x7f\u2028é" + chr(0xD800), [], {},
-                  [["lint", True, 0]], {"b": 1, "a": [1.0]}):
-        assert _j(value) == _ENCODE(value), value
 
 
 def test_drift_of_rows_takes_dicts_or_positional_rows() -> None:
@@ -214,7 +190,7 @@ def _drift_facts(**kw: Any) -> Any:
     return DriftFacts(**kw)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_MAN, _FACTS)
 def test_drift_rows_equal_the_dict_formulation(man: Any, facts: Any) -> None:
     from rivumi_analysis.tables.drift import _SCHEMA as names

@@ -33,6 +33,22 @@ def test_the_package_keeps_every_contract() -> None:
     assert "3 kept, 0 broken" in p.stdout
 
 
+def test_every_module_is_in_a_layer() -> None:
+    """Each module and subpackage right below the package is a part of one layer of the
+    layers contract (a module outside every layer is checked by no layer rule)."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (layers,) = [c["layers"] for c in config["tool"]["importlinter"]["contracts"]
+                 if c["id"] == "layers"]
+    parts = [p.strip() for layer in layers for p in layer.split(":")]
+    assert not [p for p in parts if p.startswith("(")], "every layer part exists now"
+    modules = {p.stem for p in PKG.glob("*.py") if p.stem != "__init__"}
+    modules |= {p.name for p in PKG.iterdir() if (p / "__init__.py").is_file()}
+    assert sorted(modules - set(parts)) == [] and sorted(set(parts) - modules) == []
+    assert len(parts) == len(set(parts))
+
+
 @pytest.mark.parametrize(("module", "line", "expected"), [
     # an upward import from read/ into audit
     ("read/incremental.py", "from ..audit import SCHEMA_VERSION",

@@ -49,6 +49,7 @@ WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_audit_during_appends_is_never_corrupt(tmp_path: Path) -> None:
     run = tmp_path / "a66038f97f204cb3aaa96339f195c37e"

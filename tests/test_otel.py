@@ -342,6 +342,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory):
         pytest.fail(str(exc))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(START_S + 600)
 def test_phoenix_round_trip(phoenix, tables, exported) -> None:
     from phoenix.client import Client
@@ -381,6 +382,7 @@ def test_phoenix_round_trip(phoenix, tables, exported) -> None:
     assert len(again) == len(got)
 
 
+@pytest.mark.slow
 def test_a_loaded_fleet_exports_as_the_store_does(exported, tmp_path: Path) -> None:
     """The in-memory path (a fleet from load_fleet, as in the notebooks) and the store path
     give the same file."""

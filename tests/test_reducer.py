@@ -20,6 +20,7 @@ from rivumi_analysis.replay.reducer import (
     iter_transitions,
     state_row,
 )
+from tests.conftest import examples
 from tests.test_replay_helpers import Log
 
 EXAMPLE = Path(__file__).resolve().parent / "fixtures/example/a66038f97f204cb3aaa96339f195c37e"
@@ -180,7 +181,7 @@ _events = st.lists(st.builds(
 
 
 @given(_events)
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 def test_rejected_events_never_change_state(events):
     prev = reducer.initial_state()
     for t in iter_transitions(events):
@@ -193,7 +194,7 @@ def test_rejected_events_never_change_state(events):
 
 
 @given(_events, st.integers(0, 25))
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 def test_prefix_reduction_is_prefix_of_full(events, k):
     full = [t.state for t in iter_transitions(events)]
     part = [t.state for t in iter_transitions(events[:k])]
@@ -209,7 +210,7 @@ def test_duplicate_sequence_is_rejected_atomically():
 
 
 @given(st.integers(0, len(EXAMPLE_BYTES)))
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_reducer_never_raises_on_byte_cuts(cut):
     for data in (EXAMPLE_BYTES[:cut], EXAMPLE_BYTES[cut:]):
         for t in iter_transitions(events_from_bytes(data)):

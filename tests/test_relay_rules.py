@@ -19,6 +19,7 @@ from rivumi_analysis.relay.rules import Context, Spec, State, fold_entries, step
 from rivumi_analysis.synth import relay_scenarios as S
 from rivumi_analysis.synth.relay_crash import CUTS
 from rivumi_analysis.synth.relayflowd import JournalWriter, Refused
+from tests.conftest import examples
 
 from .relay_helpers import only, rules, snapshot
 
@@ -221,7 +222,7 @@ def exchange(crashes):
     return _envs(crashes["delivery"]["resumed"])
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_refused_entries_change_nothing(exchange, seed):
     envs = _mutate(exchange, random.Random(seed))
@@ -239,40 +240,7 @@ def test_refused_entries_change_nothing(exchange, seed):
     assert all(v.seq in {e.seq for e in envs} for v in fold.violations)
 
 
-# --- vectorised channel summary == the reducer's ---------------------------------------------
-
-
-def _summary_rows(path_or_journals) -> list[tuple]:
-    from rivumi_analysis.relay.vectorised import channel_summary
-
-    return channel_summary(path_or_journals).rows()
-
-
-def test_vectorised_channel_summary_equals_the_audit_records(relay_catalog):
-    doc = relay_audit([relay_catalog["root"]])
-    want = sorted((r["path"], c["channel"], c["consumer"], c["appended"], c["delivered"],
-                   c["acknowledged"], c["redeliveries"], c["acked_offset"], c["unacked_at_end"])
-                  for r in doc["journals"] for c in r["channels"])
-    got = _summary_rows(relay_catalog["root"])
-    assert got == want and len(got) > 30
-
-
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**32 - 1))
-def test_vectorised_channel_summary_on_mutated_journals(exchange, seed):
-    from rivumi_analysis.relay.audit import channel_rows
-    from rivumi_analysis.relay.read import Journal
-
-    envs = _mutate(exchange, random.Random(seed))
-    envs.sort(key=lambda e: e.seq)
-    j = Journal("m.jsonl", "/m.jsonl", "jsonl", envs[0].run_id, tuple(envs))
-    want = [("m.jsonl", *c.values()) for c in channel_rows(fold_entries(envs,
-                                                                        run_id=j.run_id))]
-    assert _summary_rows([j]) == want
-
-
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(ops=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 30)), max_size=40))
 def test_grow_versions_behave_like_copied_dicts(ops):
     from rivumi_analysis.relay.rules import Grow

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rivumi_analysis import replay_view
 from rivumi_analysis.replay import runner as replay
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +46,7 @@ def _capture(fn, args, capsysbinary) -> dict:
 
 
 def _outputs(run: Path, capsysbinary) -> dict:
-    result = {"replay": _capture(replay.cmd_replay,
+    result = {"replay": _capture(replay_view.cmd_replay,
                                  argparse.Namespace(run_dir=str(run), json=True), capsysbinary)}
     try:
         seqs = [item["sequence"] for item in replay.replay_state(run)["timeline"]]
@@ -53,7 +54,7 @@ def _outputs(run: Path, capsysbinary) -> dict:
         seqs = [0]
     for n in sorted({seqs[0] if seqs else 0, seqs[-1] if seqs else 0}):
         result[f"fork_seed_{n}"] = _capture(
-            replay.cmd_fork_seed, argparse.Namespace(run_dir=str(run), sequence=n), capsysbinary)
+            replay_view.cmd_fork_seed, argparse.Namespace(run_dir=str(run), sequence=n), capsysbinary)
     return result
 
 

@@ -25,6 +25,7 @@ from rivumi_analysis.tables.drift import drift_df, drift_frame
 from rivumi_analysis.tables.forks import forks_df, forks_frame
 from rivumi_analysis.tables.replayed import replay_tables
 from rivumi_analysis.tables.states import replay_run, states_df
+from tests.conftest import examples
 from tests.test_replay_helpers import RUN_ID, Log, manifest, stamp, write_run
 from tests.test_states_vec import _line, _op, _ops_log
 
@@ -119,6 +120,7 @@ def test_crash_cut_prefixes_of_the_example(tmp_path):
     assert "crash" in set(forks["last_safe_before"].drop_nulls())
 
 
+@pytest.mark.crash
 def test_real_kill_cuts(tmp_path):
     from rivumi_analysis.synth.crash import cut_run
 
@@ -128,6 +130,7 @@ def test_real_kill_cuts(tmp_path):
     _check_source(str(tmp_path))
 
 
+@pytest.mark.corpus
 def test_generated_corpus_through_the_pool(tmp_path):
     from rivumi_analysis.synth.corpus import generate_corpus
 
@@ -166,7 +169,7 @@ def test_fallback_and_fork_runs_among_vectorised_ones(tmp_path):
 
 
 # ---------------------------------------------------------------------------- built logs
-_SETTINGS = settings(max_examples=150, deadline=None,
+_SETTINGS = settings(max_examples=examples(150), deadline=None,
                      suppress_health_check=[HealthCheck.function_scoped_fixture,
                                             HealthCheck.too_slow])
 _manifest = st.fixed_dictionaries({}, optional={
@@ -300,6 +303,7 @@ def _clean_reads(source: str) -> list[Any]:
     return [read_for_tables(loc) for loc in discover(source).runs]
 
 
+@pytest.mark.corpus
 def test_columns_taken_from_the_events_table_of_clean_reads(tmp_path):
     """``replay_tables(runs, events=...)`` (the store's clean reads) equals the tables
     derived without it and the reference, also when the events rows do not cover a run whole

@@ -66,6 +66,7 @@ def test_redact_drops_content_paths_and_raw(corpus, tables):
     assert "redacted (allowlist only)" in html
 
 
+@pytest.mark.slow
 def test_cli_report_png_and_redact(corpus, tmp_path, capsys):
     import argparse
 

@@ -48,6 +48,7 @@ def test_store_tables_equal_the_cold_tables_on_their_columns(both):
         assert w.equals(c.select(w.columns)), name
 
 
+@pytest.mark.slow
 def test_fleet_charts_from_the_store_equal_the_cold_charts(both):
     cold, warm, _ = both
     a, b = _specs(R.build_charts(cold)), _specs(R.build_charts(warm))
@@ -57,6 +58,7 @@ def test_fleet_charts_from_the_store_equal_the_cold_charts(both):
         assert a[key] == b[key], key
 
 
+@pytest.mark.slow
 def test_run_pages_read_whole_rows_of_their_runs_only(both):
     cold, warm, _ = both
     asked: list[list[str]] = []
@@ -78,6 +80,7 @@ def test_run_pages_read_whole_rows_of_their_runs_only(both):
     assert set(whole["events"]["run_dir"].unique()) <= set(asked[0])
 
 
+@pytest.mark.slow
 def test_second_report_reads_no_run_and_cli_store_options(tmp_path, capsys):
     src = tmp_path / "runs"
     import shutil

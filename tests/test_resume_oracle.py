@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,7 @@ from rivumi_analysis.read.cleanlog import CleanLog
 from rivumi_analysis.read.discovery import discover
 from rivumi_analysis.read.snapshot import read_run
 from rivumi_analysis.resume import decide
-from tests.conftest import SAMPLE_RUNS
+from tests.conftest import SAMPLE_RUNS, examples
 from tests.oracles.resume_objects import decide as oracle_decide
 from tests.test_replay_helpers import RUN_ID, Log, manifest
 
@@ -99,7 +100,7 @@ _pending = st.one_of(st.none(), st.fixed_dictionaries({
                                 "arguments": {}}}))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(_event, _ODD), max_size=14), _pending,
        st.sampled_from([None, "x", {"status": "completed", "terminal_reason": "verified"},
                         {"status": "failed", "terminal_reason": "token_budget_exceeded"}]),
@@ -140,6 +141,7 @@ def test_generated_logs(events: list[tuple[tuple[str, dict[str, Any]], str]],
 _GENERATED = {"runs": 0, "warned": 0}
 
 
+@pytest.mark.slow  # statistics over test_generated_logs' 300 examples (not the dev profile's)
 def test_generated_logs_exercise_the_event_rules() -> None:
     """Without this, test_generated_logs would pass on logs no rule looks at."""
     if _GENERATED["runs"] < 300:  # run alone (-k) or out of order: run the test here

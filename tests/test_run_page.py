@@ -169,6 +169,7 @@ def test_cli_report_run_dir_writes_its_page(tmp_path, capsys):
     assert "http://" not in html.replace("http://www.w3.org", "") and "cdn." not in html
 
 
+@pytest.mark.slow
 def test_fleet_report_links_its_run_pages(tmp_path, capsys):
     out = tmp_path / "r.html"
     assert main(["report", str(FAILED), "--out", str(out)]) == 0

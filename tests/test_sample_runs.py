@@ -11,7 +11,7 @@ from rivumi_analysis.synth.scenarios import CATALOG, SAMPLE_PLAN, generate_sampl
 
 ROOT = Path(__file__).resolve().parents[1] / "sample_runs"
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(240)]  # the catalog has real kills
 
 
 def _tree(root: Path) -> dict[str, bytes]:

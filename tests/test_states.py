@@ -14,6 +14,7 @@ from rivumi_analysis.errors import QuarantineError
 from rivumi_analysis.replay.reducer import events_from_bytes, iter_transitions, state_row
 from rivumi_analysis.schemas import StatesSchema
 from rivumi_analysis.tables.states import STATE_COLUMNS, states_df
+from tests.conftest import examples
 from tests.test_replay_helpers import Log, manifest, write_run
 
 EXAMPLE = Path(__file__).resolve().parent / "fixtures/example/a66038f97f204cb3aaa96339f195c37e"
@@ -77,7 +78,7 @@ def test_strict_raises_on_quarantined_line(tmp_path):
 _EXAMPLE_BYTES = (EXAMPLE / "events.jsonl").read_bytes()
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(st.integers(0, len(_EXAMPLE_BYTES)))
 def test_states_df_on_byte_cuts_of_the_example(cut):
     import tempfile

@@ -21,6 +21,7 @@ from rivumi_analysis.read.snapshot import load_fleet, read_run
 from rivumi_analysis.replay.vectorised import NotVectorizable, fallback_reasons
 from rivumi_analysis.tables import states as states_mod
 from rivumi_analysis.tables.states import states_df
+from tests.conftest import examples
 from tests.test_replay_helpers import RUN_ID, Log, manifest, stamp, write_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,7 +208,7 @@ def test_engine_arrays_refuse_what_pyarrow_refuses(values):
         _arrow(values, typ)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(st.lists(st.sampled_from(["a", "b", "model.requested", "é"]), max_size=300),
        st.integers(0, 3), st.lists(st.sampled_from(["a", "b", "model.requested", "zz"]),
                                     min_size=1, max_size=3), st.booleans())
@@ -230,7 +231,7 @@ _SETTER_VALUES = {"int64": st.integers(-5, 5), "int8": st.integers(-1, 1),
                   "large_string": st.sampled_from(["a", "é", ""])}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.sampled_from(sorted(_SETTER_VALUES)), st.data())
 def test_setter_columns_equal_the_full_list(typ, data):
     """A setter column (the rows that set it, every other row its default) made dense equals
@@ -341,7 +342,7 @@ _op = st.one_of(
     st.tuples(st.just("dup")),
     st.tuples(st.just("wind_down")),
 )
-_SETTINGS = settings(max_examples=200, deadline=None,
+_SETTINGS = settings(max_examples=examples(200), deadline=None,
                      suppress_health_check=[HealthCheck.function_scoped_fixture,
                                             HealthCheck.too_slow])
 

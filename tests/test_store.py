@@ -66,6 +66,7 @@ def _runs(src: Path, group: str) -> list[Path]:
     return sorted(p for p in (src / group).iterdir() if p.is_dir())
 
 
+@pytest.mark.slow
 def test_warm_equals_cold_after_every_kind_of_change(fleet: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
     assert_warm_equals_cold(fleet, store)
@@ -116,6 +117,7 @@ def test_warm_equals_cold_after_every_kind_of_change(fleet: Path, tmp_path: Path
     assert Store(store).manifest().runs[str(a)]["writer_active"] is False
 
 
+@pytest.mark.slow
 def test_a_lock_taken_without_a_write_is_seen_by_the_stat_pass(fleet: Path,
                                                                 tmp_path: Path) -> None:
     """Only the held-lock bit of the fingerprint changes (the lock file is not written): the
@@ -184,6 +186,7 @@ def test_scans_push_down_and_match_the_table(fleet: Path, tmp_path: Path) -> Non
         assert scanned.schema == getattr(ra, f"{t}_df")(str(fleet), cache=False).schema, t
 
 
+@pytest.mark.slow
 def test_superseded_rows_never_show_and_compaction_keeps_tables(fleet: Path, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:
@@ -523,6 +526,7 @@ def _torn(run: Path) -> bytes:
     return line
 
 
+@pytest.mark.slow
 def test_grown_log_is_decoded_from_its_first_incomplete_line(small_fleet: Path,
                                                              tmp_path: Path) -> None:
     store = tmp_path / "store"
@@ -560,6 +564,7 @@ def test_grown_log_is_decoded_from_its_first_incomplete_line(small_fleet: Path,
     assert_warm_equals_cold(small_fleet, store)
 
 
+@pytest.mark.slow
 def test_append_completing_a_torn_tail_and_one_that_stays_torn(small_fleet: Path,
                                                                tmp_path: Path) -> None:
     store = tmp_path / "store"
@@ -587,6 +592,7 @@ def test_append_completing_a_torn_tail_and_one_that_stays_torn(small_fleet: Path
     assert_warm_equals_cold(small_fleet, store)
 
 
+@pytest.mark.slow
 def test_prefix_that_no_longer_matches_falls_back_to_a_full_read(small_fleet: Path,
                                                                  tmp_path: Path) -> None:
     store = tmp_path / "store"
@@ -764,7 +770,7 @@ def test_a_warm_load_in_a_fresh_process_imports_no_pandera(fleet: Path, tmp_path
 def test_a_spawned_worker_builds_a_chunk_without_pandera_or_pandas(fleet: Path, tmp_path: Path) -> None:
     """A store worker is a fresh (spawned) process: building a chunk of every kind of run
     (clean, forks, crashes, damaged, external: every table has rows) validates each table by
-    its committed plan (``rivumi_analysis._plancheck``) and never imports pandera nor pandas
+    its check plan (``rivumi_analysis.checks``) and never imports pandera nor pandas
     (~0.2 and ~0.14 CPU-s per worker); every table's rows are the exact oracle's count."""
     import json
     import subprocess
@@ -796,6 +802,7 @@ def test_a_spawned_worker_builds_a_chunk_without_pandera_or_pandas(fleet: Path, 
         assert got.height == want[t].height, t
 
 
+@pytest.mark.slow
 def test_a_large_first_build_starts_its_workers_before_the_stat_pass(
         fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A first build big enough for worker processes starts them before the stat pass (their
@@ -826,6 +833,7 @@ def test_a_large_first_build_starts_its_workers_before_the_stat_pass(
     assert len(started) > 1 and all(p is None for p in started[1:])
 
 
+@pytest.mark.slow
 def test_store_workers_keep_the_pages_polars_frees() -> None:
     """A local worker is set up before it imports anything: polars' jemalloc keeps the pages
     a chunk frees for the next one (``read.executor.WORKER_ENV``); the caller's environment

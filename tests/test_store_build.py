@@ -6,6 +6,7 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow.parquet as pq
+import pytest
 from polars.testing import assert_frame_equal
 
 from rivumi_analysis import (
@@ -54,6 +55,7 @@ def test_empty_chunk_has_every_schema() -> None:
     assert set(empty_tables()) == set(TABLES)
 
 
+@pytest.mark.slow
 def test_write_parts_layout_and_retry_overwrites(tmp_path: Path) -> None:
     locs = discover(str(SAMPLES)).runs
     tables = build_tables(locs[:4])

@@ -31,7 +31,7 @@ from rivumi_analysis.store.build import (
     read_runs,
     read_runs_for_tables,
 )
-from tests.conftest import SAMPLE_RUNS
+from tests.conftest import SAMPLE_RUNS, examples
 from tests.test_columnar import LINES, MUTATIONS, _mutate
 from tests.test_tables_columnar import _DOC_EDITS, _write
 
@@ -122,7 +122,7 @@ def test_live_run_with_its_writer_lock_held(corpus: str, tmp_path: Path) -> None
 _MUTATION = st.one_of(st.just("none"), st.sampled_from(sorted(MUTATIONS)))
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=examples(25), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, len(LINES) - 1), _MUTATION), min_size=1, max_size=12))
 def test_generated_logs(tmp_path: Path, picks: list[tuple[int, str]]) -> None:

@@ -19,6 +19,8 @@ import rivumi_analysis as ra
 from rivumi_analysis.store.core import Store
 from rivumi_analysis.store.read import ordered, read_parts
 
+pytestmark = pytest.mark.crash  # real SIGKILLs of refreshes
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_runs"
 OLD = time.time() - 3600

@@ -76,6 +76,7 @@ def _rewrite_json(path: Path, **changes: Any) -> None:
     path.write_text(json.dumps(doc))
 
 
+@pytest.mark.slow
 def test_every_change_to_a_light_file_is_seen(fleet: Path, tmp_path: Path,
                                               refreshes: list[Any]) -> None:
     store = tmp_path / "store"
@@ -145,6 +146,7 @@ def test_a_change_only_to_files_no_light_table_reads(fleet: Path, tmp_path: Path
     assert len(refreshes) == before + 1 and refreshes[-1].reread == 1
 
 
+@pytest.mark.slow
 def test_a_held_writer_lock_takes_the_full_path(fleet: Path, tmp_path: Path,
                                                 refreshes: list[Any]) -> None:
     """A run read while its writer lock was held (``writer_active``) is re-read on every
@@ -177,6 +179,7 @@ def test_a_held_writer_lock_takes_the_full_path(fleet: Path, tmp_path: Path,
         assert _load("events", fleet, store, refreshes)  # (writer_active now)
 
 
+@pytest.mark.slow
 def test_added_or_removed_runs_and_a_damaged_part_take_the_full_path(
         fleet: Path, tmp_path: Path, refreshes: list[Any]) -> None:
     store = tmp_path / "store"

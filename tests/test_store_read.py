@@ -91,6 +91,7 @@ def test_nothing_changed_serves_the_optimistic_read(fleet: Path, tmp_path: Path,
     assert_frame_equal(got, ra.events_df(str(fleet), cache=False))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["append", "add", "remove", "rewrite", "other_refresher"])
 def test_a_change_made_while_the_optimistic_read_runs_is_seen(
         fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
@@ -413,6 +414,7 @@ def test_ordered_moves_blocks_as_a_row_sort_would(sliced: int,
         assert_frame_equal(ordered(df, "events", m), _row_order(df, m.order))
 
 
+@pytest.mark.slow
 def test_eager_read_drops_superseded_rows_and_orders_like_the_scan(
         fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Parts holding superseded runs are read whole and their dead blocks dropped with the

@@ -26,7 +26,7 @@ from rivumi_analysis.read import columnar as _columnar
 from rivumi_analysis.read.snapshot import load_fleet
 from rivumi_analysis.tables import _common
 from rivumi_analysis.tables.states import states_df
-from tests.conftest import SAMPLE_RUNS
+from tests.conftest import SAMPLE_RUNS, examples
 from tests.test_columnar import LINES, MUTATIONS, _mutate
 from tests.test_replay_helpers import manifest
 
@@ -95,6 +95,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(out)
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("engine", ["auto", "exact"])
 def test_generated_corpus_in_a_pool_and_in_process(corpus: str, engine: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
@@ -191,7 +192,7 @@ def _write(tmp: Path, log: bytes) -> str:
 _MUTATION = st.one_of(st.just("none"), st.sampled_from(sorted(MUTATIONS)))
 
 
-@settings(max_examples=400, deadline=None,
+@settings(max_examples=examples(400), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, len(LINES) - 1), _MUTATION), min_size=1, max_size=12))
 def test_generated_logs(tmp_path: Path, picks: list[tuple[int, str]]) -> None:
@@ -204,6 +205,7 @@ def test_generated_logs(tmp_path: Path, picks: list[tuple[int, str]]) -> None:
     assert_frame_equal(states_df(source), states_df(source, engine="reference"))
 
 
+@pytest.mark.differential
 def test_every_newline_cut_of_the_example() -> None:
     """Every table at every newline cut of the shared example (the cuts
     ``test_columnar.test_every_byte_cut_of_the_example`` and
@@ -364,7 +366,7 @@ def test_a_timestamp_arrow_refuses_reads_the_segment_exactly(
     assert len(calls) > 2
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.text(alphabet=st.sampled_from(
     ["a", "Z", "0", "~", "!", " ", "\n", "\t", "\x7f", "\x00", "é", "\u2028", '"', "\\"]),
     max_size=4), max_size=4))
@@ -440,116 +442,9 @@ def test_a_buffer_that_cannot_be_shared_stays_in_the_message(tmp_path: Path) -> 
     assert not list(tmp_path.iterdir())  # mapped, and its name removed
 
 
-def test_surely_valid_states_the_pandera_model() -> None:
-    """``events._surely_valid`` (the check that spares a load pandera's import) encodes
-    exactly ``EventsSchema``'s constraints: the same non-nullable columns, ``isin``, ``ge``
-    and ``str_length`` checks, the one frame-wide check (the unique key), strict columns."""
-    from rivumi_analysis.schemas import EventsSchema
-    from rivumi_analysis.tables import events as ev
-
-    schema = EventsSchema.to_schema()
-    assert schema.strict is True and [c.name for c in schema.checks] == ["key_unique"]
-    assert dict(ev._polars_schema()) == _common.polars_schema(EventsSchema)
-    assert {n for n, c in schema.columns.items() if not c.nullable} == set(ev._NOT_NULL)
-    assert not any(c.unique for c in schema.columns.values()) and not schema.unique
-    checks = {(n, k.name, repr(sorted(k.statistics.items())))
-              for n, c in schema.columns.items() for k in c.checks}
-    want = {("kind", "isin", repr([("allowed_values", list(ev._KINDS))])),
-            ("event_type", "str_length", repr(sorted(
-                {"min_value": 1, "max_value": None, "exact_value": None}.items())))}
-    want |= {(n, "greater_than_or_equal_to", repr([("min_value", low)]))
-             for n, low in ev._AT_LEAST}
-    assert checks == want
-
-
-_BREAKS = ("null", "low", "kind", "empty_type", "dup_key", "extra_col", "drop_col", "dtype",
-           "null_ok", "fine")
-
-
-@settings(max_examples=120, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(_BREAKS), st.integers(0, 49),
-                          st.sampled_from(sorted(
-                              ["run_dir", "run_id", "kind", "line_no", "byte_offset",
-                               "byte_length", "sequence", "event_type", "event_run_id",
-                               "task_id", "event_id", "created_at", "text", "data",
-                               "warnings"]))), max_size=3))
-def test_surely_valid_accepts_only_what_pandera_accepts(
-        edits: list[tuple[str, int, str]]) -> None:
-    """Whatever ``_surely_valid`` accepts, pandera accepts (and on these edits of a valid
-    table, each breaking one constraint or none, they agree exactly)."""
-    _agree_after(edits)
-
-
-def test_surely_valid_agrees_with_pandera_on_every_single_edit() -> None:
-    """Each edit alone, on every column (the hypothesis test above combines them)."""
-    for what in _BREAKS:
-        for col in _polars_schema_names():
-            _agree_after([(what, 3, col)])
-
-
-def _polars_schema_names() -> list[str]:
-    from rivumi_analysis.tables.events import _polars_schema
-
-    return list(_polars_schema())
-
-
-def _agree_after(edits: list[tuple[str, int, str]]) -> None:
-    from rivumi_analysis.errors import SchemaValidationError
-    from rivumi_analysis.schemas import EventsSchema
-    from rivumi_analysis.tables import events as ev
-    from tests.conftest import EXAMPLE_DIR
-
-    df = _example_events(str(EXAMPLE_DIR))
-    lows = {n: k.statistics["min_value"] for n, c in EventsSchema.to_schema().columns.items()
-            for k in c.checks if k.name == "greater_than_or_equal_to"}  # (from the oracle)
-    for what, row, col in edits:
-        at = pl.int_range(pl.len()) == row
-        if col not in df.columns or ("kind" not in df.columns and what == "kind") or (
-                "event_type" not in df.columns and what == "empty_type"):
-            continue  # (a column dropped by an earlier edit)
-        if what == "null":
-            df = df.with_columns(pl.when(at).then(None).otherwise(pl.col(col)).alias(col))
-        elif what == "low" and col in lows:
-            df = df.with_columns(pl.when(at).then(lows[col] - 1)
-                                 .otherwise(pl.col(col)).alias(col))
-        elif what == "kind":
-            df = df.with_columns(pl.when(at).then(pl.lit("Native")).otherwise(pl.col("kind"))
-                                 .alias("kind"))
-        elif what == "empty_type":
-            df = df.with_columns(pl.when(at).then(pl.lit("")).otherwise(pl.col("event_type"))
-                                 .alias("event_type"))
-        elif what == "dup_key":
-            df = pl.concat([df, df.slice(row, 1)])
-        elif what == "extra_col":
-            df = df.with_columns(pl.lit(1).alias("extra"))
-        elif what == "drop_col":
-            df = df.drop(col)
-        elif what == "dtype" and col in ("line_no", "sequence"):
-            df = df.with_columns(pl.col(col).cast(pl.Int32))
-        elif what == "null_ok" and col in ("run_id", "task_id", "data", "text", "event_id"):
-            df = df.with_columns(pl.when(at).then(None).otherwise(pl.col(col)).alias(col))
-    try:
-        _common.validate(df, EventsSchema)
-        accepted = True
-    except SchemaValidationError:
-        accepted = False
-    assert ev._surely_valid(df) == accepted, edits
-
-
-def _example_events(source: str) -> pl.DataFrame:
-    from rivumi_analysis.tables.events import load_events
-
-    if source not in _EXAMPLE:
-        _EXAMPLE[source] = load_events(source, strict=False, max_depth=8, jobs=1)
-    return _EXAMPLE[source]
-
-
-_EXAMPLE: dict[str, pl.DataFrame] = {}
-
-
 def test_an_events_load_imports_no_pandera(corpus: str, tmp_path: Path) -> None:
-    """A load whose exactly-read rows ``_surely_valid`` vouches for never imports pandera
-    (nor pandas): a fresh process, a corpus with a torn tail (read exactly)."""
+    """A load whose exactly-read rows the check plan (``rivumi_analysis.checks``) passes never
+    imports pandera (nor pandas): a fresh process, a corpus with a torn tail (read exactly)."""
     import shutil
     import subprocess
     import sys
@@ -566,7 +461,7 @@ def test_an_events_load_imports_no_pandera(corpus: str, tmp_path: Path) -> None:
     assert int(out[0]) > 0 and out[1:] == ["False", "False"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.datetimes(min_value=__import__("datetime").datetime(1, 1, 1),
                     max_value=__import__("datetime").datetime(9999, 12, 31, 23, 59, 59,
                                                               999999)),

@@ -64,6 +64,7 @@ def _readline(proc: subprocess.Popen[str]) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.crash
 @pytest.mark.timeout(180)
 def test_watch_live_stall_and_verdict_through_a_pty(tmp_path: Path) -> None:
     root = tmp_path / "fleet"

@@ -17,8 +17,7 @@ from .read import Journal, load_journals
 from .rules import fold_journal
 
 # one loader per relayflowd table of the registry (relay/tables.py)
-_LAZY = {**{f"{t}_df": "tables" for t in _names(source="relayflowd")},
-         "channel_summary": "vectorised"}
+_LAZY = {f"{t}_df": "tables" for t in _names(source="relayflowd")}
 
 __all__ = ["Journal", "fold_journal", "journal_record", "load_journals", "relay_audit",
            *_LAZY]

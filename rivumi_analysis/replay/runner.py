@@ -20,7 +20,6 @@ import errno
 import json
 import os
 import stat
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -33,8 +32,6 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "ReplayRefused",
     "canonical_json",
-    "cmd_fork_seed",
-    "cmd_replay",
     "events_path",
     "fork_seed",
     "fork_seed_bytes",
@@ -42,7 +39,6 @@ __all__ = [
     "parse_lines",
     "read_events_bytes",
     "reduce_normalized",
-    "render_human",
     "replay_bytes",
     "replay_state",
     "replay_verdict",
@@ -659,93 +655,3 @@ def replay_verdict(events_bytes: bytes | None, events_status: str,
         return True, None
     except ReplayRefused as exc:
         return False, exc.message
-
-
-# --------------------------------------------------------------------------------------------
-# Human view and CLI handlers (thin; wired into cli.py by the lead's marker)
-# --------------------------------------------------------------------------------------------
-def render_human(state: dict[str, Any], run_dir: str) -> str:
-    """Render a replay state for people: a header, the state keys, then the timeline.
-
-    Modelled on the runner's ``--replay`` layout (§9.4) with a short summary line added.
-
-    >>> print(render_human(replay_bytes(b'{"sequence":0,"event_type":"run.created"}\\n'), "r"))
-    Replay r
-    1 event(s), sequences 0..0, no terminal event
-    state:
-      completed_turn_ids: []
-      event_count: 1
-      first_sequence: 0
-      last_sequence: 0
-      schema_version: 1
-    timeline:
-         0  run.created
-    """
-    lines = [f"Replay {run_dir}"]
-    count = state.get("event_count", 0)
-    if count:
-        span = f"sequences {state['first_sequence']}..{state['last_sequence']}"
-    else:
-        span = "no events"
-    term = state.get("terminal_event_type")
-    lines.append(f"{count} event(s), {span}, "
-                 + (f"last terminal event {term}" if term else "no terminal event"))
-    lines.append("state:")
-    for key in sorted(state):
-        if key == "timeline":
-            continue
-        lines.append(f"  {key}: {json.dumps(state[key], ensure_ascii=False)}")
-    lines.append("timeline:")
-    items = state.get("timeline", [])
-    if not items:
-        lines.append("  none")
-    for item in items:
-        row = f"  {item['sequence']:>4}  {item['event_type']}"
-        if "turn_id" in item:
-            row += f"  turn={item['turn_id']}"
-        if "text" in item:
-            row += f"  text={json.dumps(item['text'], ensure_ascii=False)}"
-        if "detail" in item:
-            row += f"  detail={json.dumps(item['detail'], ensure_ascii=False)}"
-        lines.append(row)
-    return "\n".join(lines)
-
-
-def _write_stdout(text: str) -> None:
-    # Always UTF-8, whatever the locale; _printable() already refused lone surrogates.
-    stream = getattr(sys.stdout, "buffer", None)
-    if stream is None:
-        sys.stdout.write(text)
-        return
-    sys.stdout.flush()
-    stream.write(text.encode("utf-8"))
-    stream.flush()
-
-
-def _error(message: str) -> int:
-    sys.stderr.write(f"error: {message}\n")
-    sys.stderr.flush()
-    return 2
-
-
-def cmd_replay(args: Any) -> int:
-    """CLI handler of ``rivumi-analysis replay RUN_DIR [--json]``; returns the exit code."""
-    try:
-        state = replay_state(args.run_dir)
-    except ReplayRefused as exc:
-        return _error(exc.message)
-    if getattr(args, "json", False):
-        _write_stdout(canonical_json(state) + "\n")
-    else:
-        _write_stdout(render_human(state, args.run_dir) + "\n")
-    return 0
-
-
-def cmd_fork_seed(args: Any) -> int:
-    """CLI handler of ``rivumi-analysis fork-seed RUN_DIR --sequence N``; returns the exit code."""
-    try:
-        seed = fork_seed(args.run_dir, args.sequence)
-    except ReplayRefused as exc:
-        return _error(exc.message)
-    _write_stdout(canonical_json(seed) + "\n")
-    return 0

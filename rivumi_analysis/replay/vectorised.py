@@ -18,8 +18,7 @@ its state is a prefix aggregate, so here it becomes window expressions partition
 
 Two small parts stay sequential, over the few events that touch them only (not per row): the
 repeat guard (§10.1: it needs the sha256 fingerprint of each requested call, the reducer's
-:func:`~rivumi_analysis.replay.reducer.fingerprint` computed for a whole batch of runs before
-the scans (:func:`_request_keys`), and the calls a settle point finds still pending are
+:func:`~rivumi_analysis.replay.reducer.fingerprint`, and the calls a settle point finds still pending are
 evaluated unlogged exactly as ``reducer._settle_pending`` does) and open approvals (request ids
 and their waits). Their per-event results are then forward filled (or
 summed) by polars.
@@ -45,9 +44,7 @@ from __future__ import annotations
 
 import bisect
 import datetime
-import hashlib
 import itertools
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -62,7 +59,9 @@ from .proof import clean_replay_accepts, replay_accepts_fast
 from .reducer import (
     REPEAT_TRIP,
     Limits,
+    _is_omitted_stub,
     charge_waits_default,
+    fingerprint,
     infer_generation,
 )
 from .runner import replay_verdict
@@ -136,85 +135,27 @@ _PHASE = {"session.resumed": "running", "session.continued": "running",
 _RUN_EVENT_KEYS = frozenset({"created_at", "data", "event_id", "event_type", "run_id",
                              "sequence", "task_id"})
 _US = 1_000_000
-# What reducer.fingerprint's json.dumps builds on every call, built once (same output).
-_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-_CANON = _ENCODER.encode
-# The C encoder that _CANON's one-shot path creates on every call, created once: it returns
-# the text's chunks. No circular check (markers None): JSON-decoded data cannot be circular,
-# and a markers dict shared by all calls could keep a stale id after a failed call.
-_CANON_C = (None if json.encoder.c_make_encoder is None else json.encoder.c_make_encoder(
-    None, _ENCODER.default, json.encoder.encode_basestring, _ENCODER.indent,
-    _ENCODER.key_separator, _ENCODER.item_separator, _ENCODER.sort_keys, _ENCODER.skipkeys,
-    _ENCODER.allow_nan))
-_HEXDIGEST = type(hashlib.sha256()).hexdigest
 
 
-def fingerprint(name: Any, arguments: Any) -> str:
-    """:func:`rivumi_analysis.replay.reducer.fingerprint`, without re-creating the encoder per call.
-
-    >>> from rivumi_analysis.replay import reducer
-    >>> fingerprint("run_check", {"name": "é"}) == reducer.fingerprint("run_check", {"name": "é"})
-    True
-    """
-    text = _CANON({"name": name, "arguments": arguments})
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _fingerprints(payloads: list[dict[str, Any]]) -> list[str]:
-    """:func:`fingerprint` of each ``{"name": ..., "arguments": ...}`` payload, in C-level
-    passes (``map``), each distinct canonical text hashed once (a run repeats its calls).
-
-    >>> _fingerprints([{"name": "a", "arguments": {}}] * 2) == [fingerprint("a", {})] * 2
-    True
-    """
-    texts = (list(map(_CANON, payloads)) if _CANON_C is None
-             else list(map("".join, map(_CANON_C, payloads, itertools.repeat(0)))))
-    distinct = dict.fromkeys(texts)
-    raw = map(str.encode, distinct, itertools.repeat("utf-8"), itertools.repeat("surrogatepass"))
-    hexes = dict(zip(distinct, map(_HEXDIGEST, map(hashlib.sha256, raw)), strict=True))
-    return list(map(hexes.__getitem__, texts))
-
-
-def _request_keys(datas: Sequence[Any], idx: Sequence[int],
-                  naive: bool) -> dict[int, tuple[str, str | None, str | None]]:
-    """``{event index: (guard key, fingerprint, naive fingerprint)}`` of the
-    ``tool.requested`` events ``idx``, hashed in one batch for :func:`_guard_scan`.
+def _request_key(d: Mapping[str, Any], naive: bool) -> tuple[str, str | None, str | None]:
+    """``(guard key, fingerprint, naive fingerprint)`` of a ``tool.requested`` event's data,
+    for :func:`_guard_scan`, as the reducer computes them (:func:`reducer.fingerprint`).
 
     The guard key is ``fingerprint(name, arguments)`` (``{}`` for null or missing
     arguments), or ``"omitted:"`` + the fingerprint of ``{"sha256": ...}`` for an omitted stub,
     whose fingerprint is then None (unknown). The naive fingerprint (None unless ``naive``)
-    is ``fingerprint(name, data.get("arguments", {}))``: the guard key's, except for a stub and
-    for ``"arguments": null``, which get one more payload each.
+    is ``fingerprint(name, data.get("arguments", {}))``.
+
+    >>> _request_key({"name": "a"}, True) == (fingerprint("a", {}),) * 3
+    True
     """
-    n = len(idx)
-    payloads: list[dict[str, Any]] = []
-    stubs: list[int] = []  # positions in idx
-    extra: list[int] = []  # positions whose naive payload is appended after the n first
-    extra_payloads: list[dict[str, Any]] = []
-    for p, i in enumerate(idx):
-        d = datas[i]
-        args = d.get("arguments")
-        name = d.get("name")
-        if _is_omitted_stub(args):
-            stubs.append(p)
-            payloads.append({"name": name, "arguments": {"sha256": args.get("sha256")}})
-        else:
-            payloads.append({"name": name, "arguments": args if args is not None else {}})
-            if args is not None or "arguments" not in d:
-                continue
-        if naive:
-            extra.append(p)
-            extra_payloads.append({"name": name, "arguments": args})
-    fps = _fingerprints(payloads + extra_payloads)
-    keys: list[str] = fps[:n]
-    real: list[str | None] = list(keys)
-    for p in stubs:
-        keys[p] = "omitted:" + keys[p]
-        real[p] = None
-    nfp: list[str | None] = list(fps[:n]) if naive else [None] * n
-    for j, p in enumerate(extra):
-        nfp[p] = fps[n + j]
-    return dict(zip(idx, zip(keys, real, nfp, strict=True), strict=True))
+    args = d.get("arguments")
+    name = d.get("name")
+    nfp = fingerprint(name, d.get("arguments", {})) if naive else None
+    if _is_omitted_stub(args):
+        return "omitted:" + fingerprint(name, {"sha256": args.get("sha256")}), None, nfp
+    real = fingerprint(name, args if args is not None else {})
+    return real, real, nfp
 
 
 class NotVectorizable(ValueError):  # noqa: N818 (a refusal, not a failure of the toolkit)
@@ -223,11 +164,6 @@ class NotVectorizable(ValueError):  # noqa: N818 (a refusal, not a failure of th
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _is_omitted_stub(arguments: Any) -> bool:
-    return (isinstance(arguments, Mapping) and arguments.get("omitted") is True
-            and set(arguments) <= {"omitted", "utf8_bytes", "sha256"})
 
 
 def _int(value: Any) -> int:
@@ -246,17 +182,14 @@ def _fork_accepted(run: RunData, envelope_ok: bool) -> bool:
 # --------------------------------------------------------------------------------------------
 # Sequential kernels over the few events that touch the guard and approvals
 # --------------------------------------------------------------------------------------------
-def _guard_scan(ev: _Flat, idx: Sequence[int], keys: Mapping[int, tuple[Any, ...]],
-                cnt: list[Any], fp_set: list[Any], fp: list[Any], unk: list[Any],
+def _guard_scan(ev: _Flat, idx: Sequence[int], cnt: list[Any], fp_set: list[Any], fp: list[Any], unk: list[Any],
                 unl: list[Any], naive: list[Any] | None = None) -> str | None:
     """§10.1 over one run's guard-relevant events (in file order); fills the setter columns
     (``unl``: calls settled unlogged at the event, summed by the window expressions).
 
-    ``keys``: the :func:`_request_keys` of (at least) the run's ``tool.requested`` events.
     ``naive``: when given, ``(count, fingerprint)`` of the naive guard is appended to it
     (``tables.drift._naive_guard``: the ``tool.requested`` events alone, no resume or
     continuation rule, each fingerprinted from ``data.get("arguments", {})`` as it stands);
-    ``keys`` must then hold the naive fingerprints.
 
     Returns a fallback reason for a ``model.completed`` whose ``tool_calls`` are not all
     strings.
@@ -271,7 +204,7 @@ def _guard_scan(ev: _Flat, idx: Sequence[int], keys: Mapping[int, tuple[Any, ...
         et = types[i]
         d = datas[i]
         if et == "tool.requested":
-            key, real, nfp = keys[i]
+            key, real, nfp = _request_key(d, naive is not None)
             name = d.get("name")
             unknown = real is None
             if naive is not None:
@@ -281,8 +214,6 @@ def _guard_scan(ev: _Flat, idx: Sequence[int], keys: Mapping[int, tuple[Any, ...
             err = d.get("error")
             if not (isinstance(err, str) and err.startswith(_UNKNOWN_TOOL_PREFIX)):
                 continue
-            # This key and the "unlogged:" ones below stay inline: a few per corpus, where a
-            # batch would need the sequential scan's own state (which calls are pending).
             name = d.get("name")
             tcid = _str(d.get("tool_call_id")) or ""
             key = "unknown:" + fingerprint(name, {"tool_call_id": tcid})
@@ -691,7 +622,7 @@ def _setters(ev: _Flat, starts: list[int], by_type: Mapping[str, list[int]],
              naive: dict[int, Any] | None = None) -> dict[str, _Sparse]:
     """The setter columns from the events that need them (adds fallback reasons; fills
     ``naive`` with each scanned run's naive guard, see :func:`_guard_scan`)."""
-    datas, seqs, types = ev.datas, ev.seqs, ev.types
+    datas, seqs = ev.datas, ev.seqs
     col = _Sparse
 
     step_v = col()
@@ -749,14 +680,10 @@ def _setters(ev: _Flat, starts: list[int], by_type: Mapping[str, list[int]],
             ai += 1
         if k not in reasons and lo != hi:
             todo.append((k, g_run, a_run))
-    # the fingerprints of the requested calls of every run the scans will read, first, in one
-    # pass (a run already handed to the reference is not in todo)
-    req = [i for _k, g_run, _a in todo for i in g_run if types[i] == "tool.requested"]
-    keys = _request_keys(datas, req, naive is not None)
     for k, g_run, a_run in todo:
         lo, hi = starts[k], starts[k + 1]
         box: list[Any] | None = [] if naive is not None else None
-        why = _guard_scan(ev, g_run, keys, g_cnt, g_fp_set, g_fp, g_unk, g_unl, box)
+        why = _guard_scan(ev, g_run, g_cnt, g_fp_set, g_fp, g_unk, g_unl, box)
         if box:
             naive[k] = box[0]  # type: ignore[index]
         if not why and a_run:

@@ -55,11 +55,11 @@ def empty_tables() -> dict[str, Any]:
     """Every table with no rows (the exact ``*_df`` schemas)."""
     import polars as pl
 
-    from .._plancheck import schema
+    from ..checks import schema
 
-    # the models' schemas from their committed plans (rivumi_analysis._plancheck): no pandera,
-    # and no replay engine for the states columns (replay.vectorised.STATE_COLUMNS, the same;
-    # tests/test_plancheck.py)
+    # the models' schemas from their check plans (rivumi_analysis.checks): no pandera, and no
+    # replay engine for the states columns (replay.vectorised.STATE_COLUMNS, the same;
+    # tests/test_checks.py)
     return {t: pl.DataFrame(schema=schema(SPECS[t].schema)) for t in TABLES}
 
 

@@ -29,16 +29,30 @@ if TYPE_CHECKING:
 
 RAW_KEEP_BYTES = 4096
 
-# a model is a pandera model of rivumi_analysis.schemas or its class name: by name, its schema
-# and a passing frame's validation need no pandera (rivumi_analysis._plancheck; pandera and
-# pandas cost ~0.5 CPU-s to import in a fresh process, e.g. a spawned store worker)
+
+# a model is a pandera model of rivumi_analysis.schemas or its class name: a model's schema, and
+# the validation of a frame its check plan passes, need no pandera (rivumi_analysis.checks)
+
+
+def _model(model: type[pa.DataFrameModel] | str) -> type[pa.DataFrameModel]:
+    """A pandera model of :mod:`rivumi_analysis.schemas`, given as it is or by class name
+    (None for a name that is not one)."""
+    if isinstance(model, str):
+        from .. import schemas
+
+        return getattr(schemas, model, None)
+    return model
 
 
 def polars_schema(model: type[pa.DataFrameModel] | str) -> dict[str, pl.DataType]:
-    """The polars schema (column -> dtype) a pandera model declares, in declaration order
-    (a model named by its class name: from its committed plan, without pandera)."""
+    """The polars schema (column -> dtype) a pandera model (or its class name) declares, in
+    declaration order (by name: from its check plan, without pandera).
+
+    >>> list(polars_schema("VerificationsSchema"))[:2]
+    ['run_dir', 'run_id']
+    """
     if isinstance(model, str):
-        from .._plancheck import schema
+        from ..checks import schema
 
         return schema(model)
     return {name: col.dtype.type for name, col in model.to_schema().columns.items()}
@@ -114,18 +128,16 @@ def string_lists(name: str, values: list[list[str]]) -> pl.Series:
 
 
 def validate(df: pl.DataFrame, model: type[pa.DataFrameModel] | str) -> pl.DataFrame:
-    """``df`` validated by ``model``: a model named by its class name is checked by its
-    committed plan first (:func:`rivumi_analysis._plancheck.surely_valid`, no pandera); a
-    frame the plan cannot vouch for, and a model class, go to the model's ``validate``
-    (pandera, whose result or error is the answer)."""
-    if isinstance(model, str):
-        from .._plancheck import surely_valid
+    """``df`` validated by ``model`` (a pandera model or its class name): a frame its check
+    plan passes (:func:`rivumi_analysis.checks.surely_valid`, no pandera) as it is, any other
+    by pandera, whose result or error (as a
+    :class:`~rivumi_analysis.errors.SchemaValidationError`) is the answer."""
+    from ..checks import surely_valid
 
-        if surely_valid(model, df):
-            return df
-        from .. import schemas
-
-        model = getattr(schemas, model)
+    name = model if isinstance(model, str) else model.__name__
+    if (isinstance(model, str) or _model(name) is model) and surely_valid(name, df):
+        return df
+    model = _model(model)
     import pandera.polars as pa
 
     try:
@@ -138,17 +150,15 @@ def validate(df: pl.DataFrame, model: type[pa.DataFrameModel] | str) -> pl.DataF
 
 
 def validate_table(df: pl.DataFrame, model: str, table: str) -> pl.DataFrame:
-    """``df`` checked by the committed plan of the model named ``model`` (no pandera for a
-    passing frame), else by the model's own non-lazy ``validate``, whose error becomes a
+    """``df`` checked by the plan of the model named ``model`` (no pandera for a passing
+    frame), else by the model's own non-lazy ``validate``, whose error becomes a
     ``SchemaValidationError`` ``"<table> failed <model>: ..."`` (the replay tables' check)."""
-    from .._plancheck import surely_valid
+    from ..checks import surely_valid
 
     if surely_valid(model, df):
         return df
-    from .. import schemas
-
     try:
-        return getattr(schemas, model).validate(df)
+        return _model(model).validate(df)
     except Exception as exc:  # pandera raises its own error types
         raise SchemaValidationError(f"{table} failed {model}: {exc}") from exc
 

@@ -32,7 +32,6 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from json.encoder import encode_basestring as _encode_str
 from typing import Any
 
 import polars as pl
@@ -93,30 +92,9 @@ _SCHEMA = {
 _NAMES = tuple(_SCHEMA)
 
 
-# json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")), with the
-# encoder built once (json.dumps builds one per call for non-default options; same text).
-_encode = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
-_SCALAR_TEXT: dict[Any, str] = {None: "null", True: "true", False: "false"}
-
-
-def _j(value: Any) -> str:
-    """:data:`_encode` of ``value``; a str, an int, a finite float or None/True/False (every
-    drift field but ``verification``) without the encoder's per-call set-up: the text the
-    encoder writes for them (its C string encoder, ``int.__repr__``, ``float.__repr__``).
-
-    >>> [_j(v) for v in (None, True, 0, -7, "é", 1.5, float("nan"), [["t", True, 0]])]
-    ['null', 'true', '0', '-7', '"é"', '1.5', 'NaN', '[["t",true,0]]']
-    """
-    kind = type(value)
-    if kind is str:
-        return _encode_str(value)
-    if kind is int:
-        return int.__repr__(value)
-    if value is None or kind is bool:
-        return _SCALAR_TEXT[value]
-    if kind is float and math.isfinite(value):
-        return float.__repr__(value)
-    return _encode(value)
+# json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")), the encoder
+# built once (json.dumps builds one per call for non-default options; same text).
+_json_text = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
 
 
 def _parse_dt(value: Any) -> datetime | None:
@@ -286,7 +264,7 @@ def rows_of(run_dir: str, run_id: str | None, kind: str, man: Any,
         else:
             ok = rv == mv and type(rv) is type(mv)
         explanation = _explain(name, ok, f, ahead, wind_down, mv, crash_extended)
-        rows.append((run_dir, run_id, kind, name, _j(rv), _j(mv), ok, explanation,
+        rows.append((run_dir, run_id, kind, name, _json_text(rv), _json_text(mv), ok, explanation,
                      (not ok) and explanation is None))
     return rows
 

@@ -18,7 +18,7 @@ from ..read.discovery import DEFAULT_MAX_DEPTH, Source
 from ..read.snapshot import RunData, gc_paused
 
 # (pandera, through ._common and ..schemas, is imported only when a frame's validation needs
-# it (_validate): in a fresh process it costs ~0.45 CPU-s with pandas and numpy)
+# it (_validate): a load of clean logs alone needs none)
 
 EVENT_CHUNK_ROWS = 50_000
 
@@ -104,8 +104,7 @@ def _checked(frames: list[pl.DataFrame], exact: list[pl.DataFrame],
     ``byte_length`` are the lines' (each an envelope's canonical layout, so ``>= 1``);
     ``sequence >= 0`` and a non-empty ``event_type`` are constraints of the strict envelope
     decode (``read.columnar.Envelope``); ``kind`` is ``snapshot._kind``'s; ``warnings`` is
-    empty. So the exact path's rows are validated (all of them, in one call; pandera only if
-    :func:`_surely_valid` cannot vouch for them) and the
+    empty. So the exact path's rows are validated (all of them, in one call) and the
     whole table only if the dtypes differ from the model's or a run directory repeats (the
     key ``(run_dir, line_no)`` is then not unique by construction; with distinct runs, rows
     validated in parts are valid together). ``exact`` holds the exact rows not validated yet.
@@ -119,43 +118,11 @@ def _checked(frames: list[pl.DataFrame], exact: list[pl.DataFrame],
     return table
 
 
-_KINDS = ("native", "fork", "subagent", "external")
-_NOT_NULL = ("run_dir", "kind", "line_no", "byte_offset", "byte_length", "sequence",
-             "event_type", "warnings")
-_AT_LEAST = (("line_no", 1), ("byte_offset", 0), ("byte_length", 1), ("sequence", 0))
-
-
-def _surely_valid(df: pl.DataFrame) -> bool:
-    """True only if ``EventsSchema`` accepts ``df``: its constraints as one polars select
-    (pandera, through pandas and numpy, costs ~0.45 CPU-s to import in a fresh process, more
-    than a whole load of 2,000 runs leaves to the parent). False means: ask pandera, which
-    either accepts after all or raises with its own report. The constraints are the model's
-    (``tests/test_tables_columnar.py`` derives them from ``EventsSchema`` and checks that
-    whatever this accepts, pandera accepts): exactly its columns and dtypes (``strict``), no
-    null where not ``nullable``, ``kind`` in the four kinds, the ``ge`` bounds, a non-empty
-    ``event_type`` and the unique key ``(run_dir, line_no)``. (Not ``_fastcheck``, which
-    compiles every model's checks from pandera's own objects: it imports pandera.)"""
-    if df.schema != _polars_schema():
-        return False
-    checks = [
-        *(pl.col(c).null_count() == 0 for c in _NOT_NULL),
-        pl.col("kind").is_in(_KINDS).all(),
-        *((pl.col(c) >= low).all() for c, low in _AT_LEAST),
-        (pl.col("event_type").str.len_bytes() >= 1).all(),
-        pl.struct("run_dir", "line_no").is_duplicated().any().not_(),
-    ]
-    row = df.select(e.alias(f"c{i}") for i, e in enumerate(checks)).row(0)
-    return all(v is True for v in row)
-
-
 def _validate(df: pl.DataFrame) -> None:
-    """``df`` validated by ``EventsSchema`` (pandera imported only when the cheap
-    sufficient check :func:`_surely_valid` cannot vouch for it)."""
-    if _surely_valid(df):
-        return
+    """``df`` validated by ``EventsSchema`` (pandera, imported only when a frame needs it)."""
     from ._common import validate
 
-    validate(df, "EventsSchema")  # the committed plan, then pandera (tables._common.validate)
+    validate(df, "EventsSchema")
 
 
 @functools.cache
@@ -311,15 +278,6 @@ def _events_schema() -> Any:
     return pa.schema([pa.field(name, types[t]) for name, t in _ARROW_COLUMNS])
 
 
-def _events_rows(runs: Iterable[RunData]) -> pl.DataFrame:
-    """The events rows of ``runs`` (not validated), in run and file order."""
-    table = _Table()
-    for seg in _segments(runs):
-        table.add(seg)
-    pieces = table.frames()[0]
-    return _concat(pieces) if pieces else pl.DataFrame(schema=_polars_schema())
-
-
 class _Segment(NamedTuple):
     """The events of consecutive runs: the clean logs' as :class:`_Fast` buffers, the
     others' as the exact path's column lists, and the order to interleave them in."""
@@ -425,18 +383,6 @@ def _interleaved(order: list[tuple[bool, int]], fast: pl.DataFrame | None,
             pieces.append((exact if is_exact else fast).slice(at[is_exact], n))
             at[is_exact] += n
     return pieces
-
-
-def _segment_frame(seg: _Segment, run_dirs: list[str]) -> tuple[pl.DataFrame,
-                                                                 pl.DataFrame | None]:
-    """One polars frame (not validated) of a :class:`_Segment`, and its exactly-read rows
-    (a part of it, for validation). Appends the segment's run directories to ``run_dirs``."""
-    table = _Table()
-    table.add(seg)
-    pieces, exact = table.frames()
-    run_dirs.extend(table.run_dirs)
-    return (_concat(pieces) if pieces else pl.DataFrame(schema=_polars_schema()),
-            _concat(exact))
 
 
 def _concat(frames: list[pl.DataFrame]) -> Any:

@@ -27,7 +27,7 @@ FAMILIES = ("bad_input", "crashes", "external", "forks", "subagents", "example")
 BUCKET = "runs"
 PREFIX = f"s3://{BUCKET}/fleet"
 
-pytestmark = [pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # a moto S3 server per module
 
 
 def _free_port() -> int:

@@ -1,4 +1,4 @@
-"""The vectorised engine's batched fingerprints (``vectorised._request_keys``) equal the
+"""The vectorised engine's repeat-guard keys (``vectorised._request_key``) equal the
 reference reducer's, call by call, for awkward ``tool.requested`` events.
 
 Generated runs (a few per batch, so identical calls meet across runs) with non-string names,
@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from rivumi_analysis.read.snapshot import read_run
-from rivumi_analysis.replay import reducer, vectorised
 from rivumi_analysis.replay.vectorised import prepare_with_facts
 from rivumi_analysis.tables import states as states_mod
 from rivumi_analysis.tables.drift import _naive_guard, drift_frame
 from rivumi_analysis.tables.replayed import replay_tables
 from rivumi_analysis.tables.states import replay_run, states_df
+from tests.conftest import examples
 from tests.test_replay_helpers import RUN_ID, manifest, stamp
 from tests.test_states_vec import _assert_same
 
@@ -52,7 +52,7 @@ _op = st.one_of(st.tuples(st.just("call"), st.integers(0, 3)),
                 st.just(("run.completed",)))
 _run = st.tuples(st.lists(_call, min_size=1, max_size=4), st.lists(_op, max_size=12),
                  st.booleans())
-_SETTINGS = settings(max_examples=120, deadline=None,
+_SETTINGS = settings(max_examples=examples(120), deadline=None,
                      suppress_health_check=[HealthCheck.function_scoped_fixture,
                                             HealthCheck.too_slow])
 
@@ -120,26 +120,3 @@ def no_pandera(monkeypatch):
 @given(st.lists(_run, min_size=1, max_size=3), st.booleans())
 def test_generated_tool_requests_equal_the_reference(no_pandera, runs_spec, columnar):
     _compare(runs_spec, columnar)
-
-
-@pytest.mark.parametrize("c_encoder", [True, False])
-@_SETTINGS
-@given(st.lists(_call, max_size=8), st.booleans())
-def test_request_keys_equal_the_reducers_fingerprint(monkeypatch, c_encoder, calls, naive):
-    """Each key as the scan computed it inline before (and ``reducer.fingerprint``), with
-    the C encoder made once and with the ``JSONEncoder.encode`` fallback."""
-    if not c_encoder:
-        monkeypatch.setattr(vectorised, "_CANON_C", None)
-    fp = reducer.fingerprint
-    datas = [{"name": n} if a is _MISSING else {"name": n, "arguments": a} for n, a in calls]
-    got = vectorised._request_keys(datas, range(len(datas)), naive)
-    assert list(got) == list(range(len(datas)))
-    for i, d in enumerate(datas):
-        args = d.get("arguments")
-        if vectorised._is_omitted_stub(args):
-            want = ("omitted:" + fp(d["name"], {"sha256": args.get("sha256")}), None)
-        else:
-            real = fp(d["name"], args if args is not None else {})
-            want = (real, real)
-        nfp = fp(d["name"], d.get("arguments", {})) if naive else None
-        assert got[i] == (*want, nfp)
