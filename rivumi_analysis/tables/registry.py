@@ -12,7 +12,7 @@ models, loaders and builders are named by their import paths and imported on fir
 low layers never import high ones (``relay_*`` loaders live in ``relay/``, above the tables).
 
 >>> TABLES["tool_calls"].key, TABLES["tool_calls"].loader
-(('run_dir', 'tool_call_id'), 'tool_calls_df')
+(('run_dir', 'line_no'), 'tool_calls_df')
 >>> names(exported=True)[:4]
 ('runs', 'events', 'quarantine', 'manifests')
 >>> names(source="relayflowd")[0]
