@@ -55,8 +55,9 @@ def test_every_scenario_is_sampled() -> None:
 
 
 def test_every_verdict_and_kind() -> None:
-    audit = pytest.importorskip("rivumi_analysis.audit")
-    res = audit.audit(str(ROOT))
+    from rivumi_analysis.fleet_audit import audit
+
+    res = audit(str(ROOT))
     verdicts = {r["verdict"] for r in res.runs}
     kinds = {r["kind"] for r in res.runs}
     assert {"resumable", "resync", "side_effect_uncertain", "terminal", "corrupt",

@@ -174,20 +174,9 @@ def approvals_df(source: Any = None, *, strict: bool = False,
     An approval is keyed by ``(run_dir, line_no)``, the line that opened it; a reused
     ``request_id`` is the run warning ``duplicate_request_id``.
 
-    Args:
-        source: a run directory, a folder of runs, or a list of either; ``None`` uses the
-            default run root (``$RIVUMI_RUN_ROOT``, ``$LOOPLANE_RUN_ROOT``, ...). A fleet read
-            once with :func:`rivumi_analysis.load_fleet` is accepted too, so several tables
-            share one read.
-        strict: raise :class:`~rivumi_analysis.errors.QuarantineError` (carrying the
-            quarantine table) if and only if at least one line was quarantined.
-        max_depth: how many folder levels to descend looking for runs.
-
-    Returns:
-        An eager polars DataFrame validated by :class:`rivumi_analysis.schemas.ApprovalsSchema`.
-
-    Raises:
-        SourceError: a missing source, a regular file, or no default run root.
+    The in-memory loader behind the public one (``store/loaders.py``, which documents
+    ``source``, ``strict`` and ``max_depth``); validated by
+    :class:`~rivumi_analysis.schemas.ApprovalsSchema`.
 
     >>> df = approvals_df("tests/fixtures/example")
     >>> df["decision"].to_list().count("allow_session")

@@ -691,20 +691,9 @@ def events_df(source: Any = None, *, strict: bool = False,
               max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
     """One row per accepted event: typed envelope, ``data`` as its exact JSON text, ``line_no``, ``byte_offset`` and the event's warnings.
 
-    Args:
-        source: a run directory, a folder of runs, or a list of either; ``None`` uses the
-            default run root (``$RIVUMI_RUN_ROOT``, ``$LOOPLANE_RUN_ROOT``, ...). A fleet read
-            once with :func:`rivumi_analysis.load_fleet` is accepted too, so several tables
-            share one read.
-        strict: raise :class:`~rivumi_analysis.errors.QuarantineError` (carrying the
-            quarantine table) if and only if at least one line was quarantined.
-        max_depth: how many folder levels to descend looking for runs.
-
-    Returns:
-        An eager polars DataFrame validated by :class:`rivumi_analysis.schemas.EventsSchema`.
-
-    Raises:
-        SourceError: a missing source, a regular file, or no default run root.
+    The in-memory loader behind the public one (``store/loaders.py``, which documents
+    ``source``, ``strict`` and ``max_depth``); validated by
+    :class:`~rivumi_analysis.schemas.EventsSchema`.
 
     >>> df = events_df("tests/fixtures/example")
     >>> df.height, df["sequence"].max()

@@ -14,20 +14,9 @@ def quarantine_df(source: Any = None, *, strict: bool = False,
                   max_depth: int = DEFAULT_MAX_DEPTH) -> pl.DataFrame:
     """One row per quarantined line: file, ``line_no``, ``byte_offset``, ``byte_length``, reason code, message, raw bytes (first 4 KiB) and their sha256.
 
-    Args:
-        source: a run directory, a folder of runs, or a list of either; ``None`` uses the
-            default run root (``$RIVUMI_RUN_ROOT``, ``$LOOPLANE_RUN_ROOT``, ...). A fleet read
-            once with :func:`rivumi_analysis.load_fleet` is accepted too, so several tables
-            share one read.
-        strict: raise :class:`~rivumi_analysis.errors.QuarantineError` (carrying the
-            quarantine table) if and only if at least one line was quarantined.
-        max_depth: how many folder levels to descend looking for runs.
-
-    Returns:
-        An eager polars DataFrame validated by :class:`rivumi_analysis.schemas.QuarantineSchema`.
-
-    Raises:
-        SourceError: a missing source, a regular file, or no default run root.
+    The in-memory loader behind the public one (``store/loaders.py``, which documents
+    ``source``, ``strict`` and ``max_depth``); validated by
+    :class:`~rivumi_analysis.schemas.QuarantineSchema`.
 
     >>> df = quarantine_df("tests/fixtures/example")
     >>> df.height

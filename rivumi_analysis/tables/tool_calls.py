@@ -274,20 +274,9 @@ def tool_calls_df(source: Any = None, *, strict: bool = False,
     and completed events join the most recent open call of their id in the same model step,
     and a reused id is the run warning ``duplicate_tool_call_id``.
 
-    Args:
-        source: a run directory, a folder of runs, or a list of either; ``None`` uses the
-            default run root (``$RIVUMI_RUN_ROOT``, ``$LOOPLANE_RUN_ROOT``, ...). A fleet read
-            once with :func:`rivumi_analysis.load_fleet` is accepted too, so several tables
-            share one read.
-        strict: raise :class:`~rivumi_analysis.errors.QuarantineError` (carrying the
-            quarantine table) if and only if at least one line was quarantined.
-        max_depth: how many folder levels to descend looking for runs.
-
-    Returns:
-        An eager polars DataFrame validated by :class:`rivumi_analysis.schemas.ToolCallsSchema`.
-
-    Raises:
-        SourceError: a missing source, a regular file, or no default run root.
+    The in-memory loader behind the public one (``store/loaders.py``, which documents
+    ``source``, ``strict`` and ``max_depth``); validated by
+    :class:`~rivumi_analysis.schemas.ToolCallsSchema`.
 
     >>> df = tool_calls_df("tests/fixtures/example")
     >>> df["outcome"].value_counts().sort("outcome").rows()
