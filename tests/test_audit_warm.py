@@ -21,8 +21,8 @@ def test_fingerprint_from_the_discovery_listing_is_the_same() -> None:
         with_names = fingerprint(loc.run_dir, held, listings[loc.run_dir])
         assert with_names is not None and with_names == fingerprint(loc.run_dir, held)
         # the form without lock bytes (watch's): by path from the listing == by listing now
-        listed = fingerprint(loc.run_dir, held, listings[loc.run_dir], lock_content=False)
-        assert listed == fingerprint(loc.run_dir, held, lock_content=False)
+        listed = fingerprint(loc.run_dir, held, listings[loc.run_dir])
+        assert listed == fingerprint(loc.run_dir, held)
         locked += ".writer.lock" in listings[loc.run_dir]
     assert locked > 10  # the lock entry's part is exercised
 

@@ -43,10 +43,6 @@ RACY_SECONDS = 2.0
 PREFIX_MAX_BYTES = 64 * 1024 * 1024
 """Largest ``events.jsonl`` prefix whose decoded lines are kept for incremental reads."""
 
-_LOCK_READ = 4096
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-_OPEN_FLAGS |= getattr(os, "O_CLOEXEC", 0)
-
 
 def default_cache_dir(environ: dict[str, str] | None = None) -> str:
     """The user cache directory for this toolkit (never inside a run directory).
@@ -112,54 +108,20 @@ class Fingerprint:
 
 
 def fingerprint(run_dir: str, held_keys: frozenset[str],
-                names: list[str] | None = None, *, lock_content: bool = True,
-                ) -> Fingerprint | None:
+                names: list[str] | None = None) -> Fingerprint | None:
     """Fingerprint a run folder (``None`` when it cannot be listed: never cached).
 
     ``names``: the folder's entries as discovery just listed them (``discover(listings=)``),
-    so it is not listed a second time (nor opened): the same fingerprint as listing it now.
-    ``lock_content``: include the bytes of ``.writer.lock`` (the audit cache relies on the
-    lock file's ``ctime_ns``/``mtime_ns``/size instead, as for every other file, and passes
-    False both when it looks a run up and when it stores it).
+    so it is not listed a second time: the same fingerprint as listing it now. The lock
+    file counts by its identity (``ctime_ns``/``mtime_ns``/size, as every other file) and
+    whether a process holds it, never by its bytes.
     """
-    if not lock_content:
-        if names is None:
-            try:
-                names = os.listdir(run_dir)
-            except OSError:
-                return None
-        return _fingerprint_listed(run_dir, held_keys, names)
-    try:
-        dfd = os.open(run_dir, _DIR_FLAGS)
-    except OSError:
-        return None
-    try:
-        top = os.fstat(dfd)
-        names = sorted(os.listdir(dfd) if names is None else names)
-        parts: list[Any] = [top.st_dev, top.st_ino, top.st_mode]
-        newest = 0
-        events_identity = None
-        lstat = os.lstat
-        for name in names:
-            try:
-                st = lstat(name, dir_fd=dfd)
-            except OSError:
-                parts.append([name, None])
-                continue
-            parts.append([name, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                          st.st_ino, st.st_dev])
-            if st.st_mtime_ns > newest:
-                newest = st.st_mtime_ns
-            if name == "events.jsonl" and stat.S_ISREG(st.st_mode):
-                events_identity = (st.st_ino, st.st_dev)
-            elif name == ".writer.lock" and stat.S_ISREG(st.st_mode):
-                parts.append(["lock", _read_small(name, dfd) if lock_content else None,
-                              _lock_key(st.st_dev, st.st_ino) in held_keys])
-    except OSError:
-        return None
-    finally:
-        os.close(dfd)
-    return Fingerprint(msgspec.msgpack.encode(parts), newest, events_identity)
+    if names is None:
+        try:
+            names = os.listdir(run_dir)
+        except OSError:
+            return None
+    return _fingerprint_listed(run_dir, held_keys, names)
 
 
 # (mode, size, mtime, ctime, inode, device) of an entry, in one C-level call
@@ -242,21 +204,6 @@ def _fingerprint_vanished(dfd: int, held_keys: frozenset[str], names: list[str],
 
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-
-
-def _read_small(name: str, dir_fd: int) -> str | None:
-    try:
-        fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, _LOCK_READ).hex()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 # --- the events.jsonl prefix -------------------------------------------------------------------

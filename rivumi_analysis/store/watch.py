@@ -216,7 +216,7 @@ class Watcher:
             prev = self.runs.get(loc.run_dir)
             # the lock file's identity (ctime/mtime/size), not its bytes, as the store does
             names = listings.get(loc.run_dir)
-            fp = fingerprint(loc.run_dir, held, names, lock_content=False)
+            fp = fingerprint(loc.run_dir, held, names)
             if prev is not None and fp is not None and prev.fp == fp.blob:
                 view = prev.view
             else:
